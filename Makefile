@@ -1,0 +1,51 @@
+# freeway: the commands a user runs. CMake does the building; this file makes
+# sure a fresh Debian machine has what each command needs, then calls it.
+PREFIX ?= /usr/local
+BUILD  ?= build
+JOBS   ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_FLAGS ?=
+
+# Debian packages each command needs (checked with dpkg, installed if missing).
+PKGS_BUILD := cmake g++ make pkg-config
+PKGS_TEST  := $(PKGS_BUILD) doctest-dev libspdlog-dev libmimalloc-dev python3 coreutils
+PKGS_BENCH := $(PKGS_BUILD) python3 python3-matplotlib libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 time
+PKGS_SAN   := $(PKGS_TEST) clang libclang-rt-14-dev
+
+.PHONY: all build test demo install bench bench-quick test-sanitize clean deps-build deps-test deps-bench deps-san
+
+all: build
+
+# tools/ensure-packages installs only what dpkg reports missing (needs root or sudo).
+deps-build: ; @tools/ensure-packages $(PKGS_BUILD)
+deps-test:  ; @tools/ensure-packages $(PKGS_TEST)
+deps-bench: ; @tools/ensure-packages $(PKGS_BENCH)
+deps-san:   ; @tools/ensure-packages $(PKGS_SAN)
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+build: deps-build $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: deps-test
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DFREEWAY_TESTS=ON $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j $(JOBS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
+
+demo: build
+	$(BUILD)/tools/freeway-demo
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+bench: deps-bench build
+	bench/run
+
+bench-quick: deps-bench build
+	bench/run --quick
+
+test-sanitize: deps-san
+	tools/sanitize-tests
+
+clean:
+	rm -rf $(BUILD) build-asan build-tsan
