@@ -1,0 +1,131 @@
+// core/alloc.cpp: allocation slow paths and the rest of the malloc family.
+#include "core/alloc.h"
+
+#include <cstring>
+
+#include "core/free.h"
+#include "core/large.h"
+#include "core/report.h"
+#include "platform/os.h"
+
+namespace fw {
+namespace {
+
+FW_INLINE void leave(Lab* lab) {
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  tls_lab = lab;
+}
+
+FW_INLINE bool is_placeholder(const Lab* lab) {
+  return lab == &g_lab_empty || lab == &g_lab_busy || lab == &g_lab_dead;
+}
+
+// One allocation from a transient LAB, for a call that cannot use its thread's
+// LAB (inside a signal handler that interrupted malloc/free, or after the
+// thread's LAB was released at exit).
+void* alloc_transient(unsigned c) {
+  Lab* t = lab_take_transient();
+  if (t == nullptr) return nullptr;
+  void* p = lab_refill(t, c);
+  lab_put_transient(t);
+  return p;
+}
+
+}  // namespace
+
+void* malloc_slow(Lab* lab, unsigned c) {
+  void* p;
+  if (lab == &g_lab_empty) {
+    // The thread's first call: bind a LAB (no flag is tested on the fast path).
+    Lab* bound = lab_bind_thread();
+    if (bound != nullptr) {
+      p = lab_refill(bound, c);
+      leave(bound);
+      if (p == nullptr) os::set_errno_nomem();
+      return p;
+    }
+  }
+  if (is_placeholder(lab)) {
+    p = alloc_transient(c);
+  } else {
+    p = lab_refill(lab, c);
+  }
+  leave(lab);
+  if (p == nullptr) os::set_errno_nomem();
+  return p;
+}
+
+void* malloc_medium_or_large(size_t n) {
+  if (n <= kSmallMax) return alloc_class(class_of_medium(n));
+  void* p = large_alloc(n, kMinAlign, false);
+  if (p == nullptr) os::set_errno_nomem();
+  return p;
+}
+
+void* fw_alloc(size_t n) { return alloc_small(n); }
+
+void* fw_alloc_zeroed(size_t count, size_t n) {
+  size_t total;
+  if (__builtin_mul_overflow(count, n, &total)) {
+    os::set_errno_nomem();
+    return nullptr;
+  }
+  if (total <= kSmallMax) {
+    void* p = alloc_small(total);
+    if (p != nullptr) std::memset(p, 0, total);
+    return p;
+  }
+  void* p = large_alloc(total, kMinAlign, true);
+  if (p == nullptr) os::set_errno_nomem();
+  return p;
+}
+
+void* fw_alloc_aligned(size_t align, size_t n) {
+  if (align <= kMinAlign) return alloc_small(n);
+  if (n <= kSmallMax) {
+    unsigned c = class_of_aligned(n, align);
+    if (c < kClassCount) return alloc_class(c);
+  }
+  void* p = large_alloc(n, align, false);
+  if (p == nullptr) os::set_errno_nomem();
+  return p;
+}
+
+size_t fw_usable(const void* p) {
+  Span* d = span_of(p);
+  if (d == nullptr) return 0;
+  uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
+  if (state == kHot || state == kFull || state == kPartial) return d->block_size.load(std::memory_order_relaxed);
+  return large_usable_size(p, d);
+}
+
+void* fw_realloc_impl(void* p, size_t n) {
+  if (p == nullptr) return alloc_small(n);
+  if (n == 0) {  // as glibc: free the block and return NULL
+    free_block(p);
+    return nullptr;
+  }
+  Span* d = span_of(p);
+  if (d == nullptr) report_misuse("realloc of a pointer freeway did not allocate:", p);
+  uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
+  size_t old;
+  if (state == kHot || state == kFull || state == kPartial) {
+    old = d->block_size.load(std::memory_order_relaxed);
+    // Keep the block when it fits and is not more than twice too big.
+    if (n <= old && (n >= old / 2 || old <= 64)) return p;
+  } else if (state == kLarge || state == kLargeTail || state == kHuge) {
+    old = large_usable_size(p, d);
+    if (old == 0) report_misuse("realloc of a pointer inside a large block:", p);
+    if (n <= old && n > old / 2) return p;
+    if (large_resize_in_place(p, d, n)) return p;
+  } else {
+    report_misuse("realloc of a freed block (or one freeway did not allocate):", p);
+  }
+  void* q = alloc_small(n);
+  if (q == nullptr) return nullptr;  // errno set; the old block is intact
+  std::memcpy(q, p, old < n ? old : n);
+  free_block(p);
+  return q;
+}
+
+}  // namespace fw

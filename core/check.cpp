@@ -1,0 +1,58 @@
+// core/check.cpp: fw_check_heap, the whole-heap invariant walk.
+//
+// Besides each structure's own is_valid, it checks the block equation of every
+// size class, which ties the thread caches, the spans and the counters together:
+//   sum over spans of class c of (carved - remote free - owner-side free)
+//     == allocs(c) - frees(c)
+// It is exact only while no other thread allocates or frees.
+#include "core/arena.h"
+#include "core/lab.h"
+#include "core/report.h"
+#include "core/size_class.h"
+#include "core/span_pool.h"
+#include "core/stats.h"
+
+namespace fw {
+
+int check_heap() {
+  int bad = 0;
+  if (!size_class_is_valid()) bad++;
+  if (!arena_is_valid()) bad++;
+  if (!pool_is_valid()) bad++;
+  uint64_t in_use[kClassCount] = {};
+  for (Lab* lab = lab_first(); lab != nullptr; lab = lab->all_next.load(std::memory_order_acquire)) {
+    if (!lab_is_valid(lab)) bad++;
+    for (unsigned c = 0; c < kClassCount; c++) {
+      uint64_t n = 0;
+      for (void* b = lab->free[c]; b != nullptr && n < (1u << 20); b = *static_cast<void**>(b)) n++;
+      in_use[c] -= n;  // owner-side free blocks (wraps back when the spans are added)
+    }
+  }
+  Span* table = g_spans.load(std::memory_order_acquire);
+  for (uint32_t r = 0; table != nullptr && r < arena_region_count(); r++) {
+    if (g_regions[r].kind.load(std::memory_order_acquire) != kRegionArena) continue;
+    uint32_t used = g_regions[r].next_vspan.load(std::memory_order_relaxed);
+    for (uint32_t v = 0; v < used && v < kVspansPerRegion; v++) {
+      const Span* s = &table[size_t(r) * kVspansPerRegion + v];
+      if (!span_is_valid(s)) bad++;
+      Anchor a = Anchor::unpack(s->anchor.load(std::memory_order_acquire));
+      if (a.state != kHot && a.state != kFull && a.state != kPartial) continue;
+      in_use[s->cls.load(std::memory_order_relaxed)] += s->carved.load(std::memory_order_relaxed) - a.count;
+    }
+  }
+  fw_stats_t st;
+  stats_fill(&st);
+  for (unsigned c = 0; c < kClassCount; c++) {
+    uint64_t counted = st.classes[c].allocs - st.classes[c].frees;
+    if (in_use[c] != counted) {
+      Line l;
+      l.str("freeway: invariant violated: class ").dec(c).str(": blocks in use by the spans ")
+          .dec(in_use[c]).str(" != allocs - frees ").dec(counted).str("\n");
+      l.write(2);
+      bad++;
+    }
+  }
+  return bad;
+}
+
+}  // namespace fw

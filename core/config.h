@@ -1,0 +1,41 @@
+// core/config.h: the geometry of the heap and the few macros every core file uses.
+// Everything here is a compile-time constant; run-time knobs live in options.h.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#define FW_LIKELY(x) __builtin_expect(!!(x), 1)
+#define FW_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define FW_INLINE inline __attribute__((always_inline))
+#define FW_NOINLINE __attribute__((noinline))
+#define FW_COLD __attribute__((noinline, cold))
+#define FW_EXPORT __attribute__((visibility("default")))
+
+namespace fw {
+
+// Virtual spans (scalloc §3.2): the arena is cut into aligned virtual spans of
+// kVspanSize; a span's real size (what it commits) is at most that. Masking a
+// block's address with kVspanSize-1 gives its span.
+constexpr unsigned kVspanShift = 20;  // 1 MiB
+constexpr size_t kVspanSize = size_t(1) << kVspanShift;
+
+// Regions: each arena reservation is kRegionSize, aligned to kRegionSize. The
+// region map has one entry per kRegionSize of address space.
+constexpr unsigned kRegionShift = 30;  // 1 GiB
+constexpr size_t kRegionSize = size_t(1) << kRegionShift;
+constexpr uint32_t kVspansPerRegion = uint32_t(kRegionSize / kVspanSize);  // 1024
+constexpr uint32_t kMaxRegions = 1024;                                      // 1 TiB of arena
+constexpr unsigned kAddressBits = 48;
+constexpr size_t kRegionMapEntries = size_t(1) << (kAddressBits - kRegionShift);
+
+// Small blocks: size classes up to kSmallMax bytes live in spans; anything
+// larger is a large object (a run of virtual spans) or, above kLargeMax, a huge
+// object with a region of its own.
+constexpr size_t kMinAlign = 16;
+constexpr size_t kSmallMax = 128 * 1024;
+constexpr size_t kLargeMaxVspans = 256;  // 256 MiB
+constexpr size_t kLargeMax = kLargeMaxVspans * kVspanSize;
+
+constexpr uint32_t kMaxLabs = 1u << 16;  // thread caches alive at once
+
+}  // namespace fw

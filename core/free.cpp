@@ -1,0 +1,46 @@
+// core/free.cpp: free's slow path: blocks of other spans, large blocks, bad pointers.
+#include "core/free.h"
+
+#include "core/large.h"
+#include "core/report.h"
+#include "core/stats.h"
+
+namespace fw {
+
+void free_slow(Lab* lab, void* p, Span* d) {
+  if (p == nullptr) {
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    tls_lab = lab;
+    return;
+  }
+  if (d == nullptr) report_misuse("free of a pointer freeway did not allocate:", p);
+  Lab* mine = lab;
+  if (lab == &g_lab_empty) {
+    Lab* bound = lab_bind_thread();
+    if (bound != nullptr) mine = bound;
+  }
+  uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
+  if (state == kHot || state == kFull || state == kPartial) {
+    unsigned c = d->cls.load(std::memory_order_relaxed);
+    bool placeholder = mine == &g_lab_empty || mine == &g_lab_busy || mine == &g_lab_dead;
+    if (!placeholder && d->owner.load(std::memory_order_relaxed) == mine) {
+      // The thread's first call found a LAB that already owns this span.
+      *static_cast<void**>(p) = mine->free[c];
+      mine->free[c] = p;
+    } else {
+      span_free_remote(d, p);
+    }
+    if (placeholder)
+      stats_count_unbound_free(c);
+    else
+      lab_count(mine->frees[c]);
+  } else if (state == kLarge || state == kLargeTail || state == kHuge) {
+    large_free(p, d);
+  } else {
+    report_misuse("double free (or free of memory not in use):", p);
+  }
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  tls_lab = mine;
+}
+
+}  // namespace fw

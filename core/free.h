@@ -1,0 +1,35 @@
+// core/free.h: free's fast path.
+//
+// The fast path (free_block) handles a block of the calling thread's own hot
+// span, which is what a thread freeing its own recent allocations hits:
+//   load tls_lab; store BUSY; region map load; descriptor owner load; compare;
+//   class load; link the block into free[c]; bump frees[c]; store tls_lab back.
+// Budget: 20 instructions on x86-64 including the call. Every other case (a
+// block of another thread's span, a large block, NULL, a bad pointer) goes to
+// free_slow, which is never inlined.
+#pragma once
+#include <atomic>
+
+#include "core/arena.h"
+#include "core/config.h"
+#include "core/lab.h"
+
+namespace fw {
+
+FW_NOINLINE void free_slow(Lab* lab, void* p, Span* d);  // entered with BUSY set; restores
+
+FW_INLINE void free_block(void* p) {
+  Lab* lab = tls_lab;
+  tls_lab = &g_lab_busy;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  Span* d = span_of(p);
+  if (FW_UNLIKELY(d == nullptr || d->owner.load(std::memory_order_relaxed) != lab)) return free_slow(lab, p, d);
+  unsigned c = d->cls.load(std::memory_order_relaxed);
+  *static_cast<void**>(p) = lab->free[c];
+  lab->free[c] = p;
+  lab_count(lab->frees[c]);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  tls_lab = lab;
+}
+
+}  // namespace fw

@@ -1,0 +1,176 @@
+// core/lab.cpp: making, binding, flushing and refilling LABs (see lab.h).
+#include "core/lab.h"
+
+#include "core/arena.h"
+#include "core/options.h"
+#include "core/report.h"
+#include "core/reusable.h"
+#include "core/span_pool.h"
+#include "core/stats.h"
+#include "core/tagged_stack.h"
+#include "platform/os.h"
+
+namespace fw {
+
+Lab g_lab_empty;
+Lab g_lab_busy;
+Lab g_lab_dead;
+__thread Lab* tls_lab __attribute__((tls_model("initial-exec"))) = &g_lab_empty;
+
+namespace {
+
+std::atomic<Lab*> g_lab_table[kMaxLabs];
+std::atomic<uint32_t> g_lab_next{0};
+std::atomic<Lab*> g_lab_all{nullptr};
+std::atomic<uint64_t> g_threads_live{0}, g_threads_created{0};
+std::atomic<uint64_t> g_acquisitions{0};
+
+struct IdleLink {
+  std::atomic<uint32_t>& operator()(uint32_t i) const {
+    return g_lab_table[i].load(std::memory_order_relaxed)->idle_next;
+  }
+};
+TaggedStack<IdleLink> g_idle;
+
+Lab* lab_new() {
+  uint32_t id = g_lab_next.fetch_add(1, std::memory_order_relaxed);
+  if (id >= kMaxLabs) {
+    g_lab_next.fetch_sub(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  size_t bytes = (sizeof(Lab) + os::page_size() - 1) & ~(os::page_size() - 1);
+  Lab* lab = static_cast<Lab*>(os::alloc_metadata(bytes));  // zero-filled
+  if (lab == nullptr) return nullptr;
+  lab->id = id;
+  g_lab_table[id].store(lab, std::memory_order_release);
+  Lab* head = g_lab_all.load(std::memory_order_relaxed);
+  do {
+    lab->all_next.store(head, std::memory_order_relaxed);
+  } while (!g_lab_all.compare_exchange_weak(head, lab, std::memory_order_release, std::memory_order_relaxed));
+  return lab;
+}
+
+Lab* lab_take() {
+  uint32_t id = g_idle.pop();
+  if (id != kNoIndex) return g_lab_table[id].load(std::memory_order_relaxed);
+  return lab_new();
+}
+
+void lab_put(Lab* lab) {
+  lab->kind.store(kLabIdle, std::memory_order_relaxed);
+  g_idle.push(lab->id);
+}
+
+// Runs at thread exit (platform thread-exit hook) with the thread's LAB.
+void lab_thread_exit(void* arg) {
+  Lab* lab = static_cast<Lab*>(arg);
+  tls_lab = &g_lab_busy;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  lab_flush(lab);
+  g_threads_live.fetch_sub(1, std::memory_order_relaxed);
+  lab_put(lab);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  tls_lab = &g_lab_dead;
+}
+
+// A span for class c: a reusable one first (Hoard: refill partly-empty spans
+// before growing), else one from the span-pool.
+Span* acquire_span(Lab* lab, unsigned c, void** list) {
+  *list = nullptr;
+  while (Span* s = reusable_pop(c)) {
+    if (span_claim_reusable(s, c, lab, list)) return s;
+  }
+  Span* s = pool_take_span();
+  if (s == nullptr || !span_make_hot(s, c, lab)) return nullptr;
+  uint64_t every = uint64_t(option(Option::peak_sample));
+  if (every > 0 && g_acquisitions.fetch_add(1, std::memory_order_relaxed) % every == 0) stats_sample_peak();
+  return s;
+}
+
+}  // namespace
+
+Lab* lab_bind_thread() {
+  if (!arena_init() || !os::thread_exit_init(&lab_thread_exit)) return nullptr;
+  Lab* lab = lab_take();
+  if (lab == nullptr) return nullptr;
+  lab->kind.store(kLabThread, std::memory_order_relaxed);
+  g_threads_live.fetch_add(1, std::memory_order_relaxed);
+  g_threads_created.fetch_add(1, std::memory_order_relaxed);
+  // May call malloc (pthread_setspecific past the first keys): that call finds
+  // the BUSY placeholder and is served by a transient LAB.
+  os::thread_exit_register(lab);
+  return lab;
+}
+
+Lab* lab_take_transient() {
+  if (!arena_init()) return nullptr;
+  Lab* lab = lab_take();
+  if (lab) lab->kind.store(kLabTransient, std::memory_order_relaxed);
+  return lab;
+}
+
+void lab_put_transient(Lab* lab) { lab_put(lab); }
+
+void lab_flush(Lab* lab) {
+  for (unsigned c = 0; c < kClassCount; c++) {
+    if (lab->hot[c] == nullptr) continue;
+    span_release(lab->hot[c], lab->free[c]);
+    lab->hot[c] = nullptr;
+    lab->free[c] = nullptr;
+  }
+}
+
+void* lab_refill(Lab* lab, unsigned c) {
+  for (;;) {
+    if (void* p = lab->free[c]) {
+      lab->free[c] = *static_cast<void**>(p);
+      lab_count(lab->allocs[c]);
+      return p;
+    }
+    if (Span* s = lab->hot[c]) {
+      if ((lab->free[c] = span_collect(s)) != nullptr) continue;
+      if ((lab->free[c] = span_carve(s)) != nullptr) continue;
+      if (!span_float(s, lab)) continue;  // remote frees arrived: collect them
+      lab->hot[c] = nullptr;
+    }
+    void* list;
+    Span* s = acquire_span(lab, c, &list);
+    if (s == nullptr) return nullptr;
+    lab->hot[c] = s;
+    lab->free[c] = list != nullptr ? list : span_carve(s);
+  }
+}
+
+Lab* lab_first() { return g_lab_all.load(std::memory_order_acquire); }
+uint64_t lab_threads_live() { return g_threads_live.load(std::memory_order_relaxed); }
+uint64_t lab_threads_created() { return g_threads_created.load(std::memory_order_relaxed); }
+
+bool lab_is_valid(const Lab* lab) {
+  bool ok = true;
+  for (unsigned c = 0; c < kClassCount; c++) {
+    const Span* s = lab->hot[c];
+    if (s == nullptr) {
+      if (lab->free[c] != nullptr) ok = report_invariant("lab: free list without a hot span", c);
+      continue;
+    }
+    Anchor a = Anchor::unpack(s->anchor.load(std::memory_order_acquire));
+    if (a.state != kHot) ok = report_invariant("lab: hot span not in state HOT", span_index(s));
+    if (s->owner.load(std::memory_order_relaxed) != lab) ok = report_invariant("lab: hot span owned by another", c);
+    if (s->cls.load(std::memory_order_relaxed) != c) ok = report_invariant("lab: hot span of another class", c);
+    uintptr_t base = span_base(s);
+    uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
+    uint32_t carved = s->carved.load(std::memory_order_relaxed);
+    uint32_t n = 0;
+    for (void* b = lab->free[c]; b != nullptr && n <= carved; b = *static_cast<void**>(b), n++) {
+      uintptr_t off = reinterpret_cast<uintptr_t>(b) - base;
+      if (reinterpret_cast<uintptr_t>(b) < base || off % bsize != 0 || off / bsize >= carved) {
+        ok = report_invariant("lab: free list holds a block not of its hot span", c);
+        break;
+      }
+    }
+    if (n > carved) ok = report_invariant("lab: free list longer than the span (cycle?)", c);
+  }
+  return ok;
+}
+
+}  // namespace fw

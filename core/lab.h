@@ -1,0 +1,83 @@
+// core/lab.h: local allocation buffers (scalloc §3.4): the thread cache.
+//
+// A LAB holds, per size class, one hot span and that span's owner-side free
+// list. Only the LAB's holder touches free[] and hot[], with plain loads and
+// stores; other threads reach its spans only through their anchors (remote
+// free). A LAB is held by one thread at a time:
+//   - bound to a thread: from the thread's first malloc/free until it exits;
+//     at exit its hot spans are released (they become FULL, PARTIAL or FREE and
+//     other threads adopt them from the reusable stacks and the pool) and the
+//     LAB returns to the idle stack;
+//   - transient: taken from the idle stack for one operation by a call that
+//     cannot use its thread's LAB (see below), then returned with its hot spans.
+//
+// Reentrancy (async-signal safety). The thread's current LAB is tls_lab. Every
+// malloc/free sets tls_lab to the BUSY placeholder while it works on the LAB
+// and puts it back when done. A signal handler that interrupts it and calls
+// malloc/free finds BUSY, whose lists are empty, so it falls into the slow
+// path, which serves it from a transient LAB: the interrupted LAB is never
+// touched twice at once. The same trick makes a thread's first call land in
+// the slow path (EMPTY placeholder: bind a LAB) and calls after the thread's
+// LAB was released at exit (DEAD placeholder: transient LABs). No call tests
+// an "initialised?" flag on the fast path.
+//
+// Invariants (lab_is_valid):
+//   hot[c] == nullptr  =>  free[c] == nullptr
+//   hot[c] != nullptr  =>  hot[c] is HOT with owner == this LAB and class c, and
+//                          free[c] lists only blocks of hot[c]
+//   allocs[c], frees[c] are written only by the LAB's holder (relaxed); a
+//   thread frees into another thread's span counts the free in its own LAB.
+#pragma once
+#include <atomic>
+#include <cstdint>
+
+#include "core/config.h"
+#include "core/size_class.h"
+#include "core/span.h"
+
+namespace fw {
+
+enum LabKind : uint32_t { kLabIdle = 0, kLabThread = 1, kLabTransient = 2, kLabPlaceholder = 3 };
+
+struct Lab {
+  void* free[kClassCount];  // first: the fast path indexes it from the LAB pointer
+  Span* hot[kClassCount];
+  std::atomic<uint64_t> allocs[kClassCount];
+  std::atomic<uint64_t> frees[kClassCount];
+  std::atomic<uint32_t> kind;
+  uint32_t id;
+  std::atomic<uint32_t> idle_next;  // link in the idle stack
+  std::atomic<Lab*> all_next;       // link in the list of every LAB ever made
+};
+
+extern Lab g_lab_empty;  // a thread that has not called freeway yet
+extern Lab g_lab_busy;   // the thread is inside malloc/free
+extern Lab g_lab_dead;   // the thread's LAB was released at thread exit
+
+// The calling thread's LAB (or a placeholder). Initial-exec TLS: one
+// fs-relative load, no initialisation check.
+extern __thread Lab* tls_lab __attribute__((tls_model("initial-exec")));
+
+FW_INLINE void lab_count(std::atomic<uint64_t>& counter) {
+  counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+// A LAB bound to the calling thread (released at its exit); nullptr if no memory.
+Lab* lab_bind_thread();
+// A LAB for one operation; give it back with lab_put_transient.
+Lab* lab_take_transient();
+void lab_put_transient(Lab* lab);
+// Releases every hot span of lab (its holder calls this).
+void lab_flush(Lab* lab);
+// Allocation from lab for class c when free[c] is empty: collect remote frees,
+// carve, or take a span. nullptr when out of memory.
+void* lab_refill(Lab* lab, unsigned c);
+
+// Walk of every LAB ever made (for statistics); may see LABs being made.
+Lab* lab_first();
+uint64_t lab_threads_live();
+uint64_t lab_threads_created();
+
+bool lab_is_valid(const Lab* lab);
+
+}  // namespace fw

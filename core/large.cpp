@@ -1,0 +1,168 @@
+// core/large.cpp: large runs and huge regions (see large.h).
+#include "core/large.h"
+
+#include <atomic>
+#include <cstring>
+
+#include "core/arena.h"
+#include "core/report.h"
+#include "core/span_pool.h"
+#include "platform/os.h"
+
+namespace fw {
+namespace {
+
+std::atomic<uint64_t> g_live_bytes{0}, g_allocs{0}, g_frees{0}, g_live_spans{0};
+
+uintptr_t round_up(uintptr_t v, uintptr_t a) { return (v + a - 1) & ~(a - 1); }
+
+// Sets the state of a descriptor the caller holds exclusively. A CAS, because a
+// reusable stack's popper may clear `linked` on it at the same time.
+void set_state(Span* s, uint32_t state) {
+  uint64_t w = s->anchor.load(std::memory_order_acquire);
+  for (;;) {
+    Anchor a = Anchor::unpack(w);
+    if (s->anchor.compare_exchange_weak(w, Anchor{0, 0, state, a.linked, a.tag + 1}.pack(),
+                                        std::memory_order_acq_rel, std::memory_order_acquire))
+      return;
+  }
+}
+
+// Zeroes what of [p, p+size) may hold old data: on an OS whose decommitted
+// pages read as zero, only the part inside what was committed before.
+void zero_block(void* p, size_t size, uintptr_t base, uint64_t committed_before) {
+  size_t dirty = size;
+  if (os::features().decommit_zeroes) {
+    uintptr_t start = reinterpret_cast<uintptr_t>(p) - base;
+    dirty = committed_before > start ? size_t(committed_before - start) : 0;
+    if (dirty > size) dirty = size;
+  }
+  if (dirty) std::memset(p, 0, dirty);
+}
+
+void* huge_alloc(size_t size, size_t align, bool zero) {
+  size_t extra = align > kRegionSize ? align : 0;
+  if (size + extra < size) return nullptr;
+  uint32_t r = arena_huge_reserve(size + extra);
+  if (r == kNoIndex) return nullptr;
+  Span* head = span_at(r * kVspansPerRegion);
+  uintptr_t base = g_regions[r].base.load(std::memory_order_relaxed);
+  uintptr_t p = round_up(base, align);
+  uint64_t bytes = round_up(p - base + size, os::page_size());
+  if (!span_commit(head, bytes)) {
+    arena_huge_release(r);
+    return nullptr;
+  }
+  (void)zero;  // a fresh region reads as zeros
+  head->offset.store(uint32_t(p - base), std::memory_order_relaxed);
+  head->large_size.store(bytes - (p - base), std::memory_order_relaxed);
+  head->run_len.store(uint32_t(bytes >> kVspanShift), std::memory_order_relaxed);
+  set_state(head, kHuge);
+  g_live_bytes.fetch_add(bytes - (p - base), std::memory_order_relaxed);
+  g_allocs.fetch_add(1, std::memory_order_relaxed);
+  return reinterpret_cast<void*>(p);
+}
+
+}  // namespace
+
+void* large_alloc(size_t size, size_t align, bool zero) {
+  if (align < kMinAlign) align = kMinAlign;
+  size_t extra = align > kVspanSize ? align - kVspanSize : 0;
+  size_t total = size + extra;
+  if (total < size || size > (size_t(1) << 47)) return nullptr;
+  if (total > kLargeMax) return huge_alloc(size, align, zero);
+  uint32_t n = uint32_t((total + kVspanSize - 1) >> kVspanShift);
+  Span* head = pool_take_run(n);
+  if (head == nullptr) return nullptr;
+  uintptr_t base = span_base(head);
+  uintptr_t p = round_up(base, align);
+  uint64_t before = head->committed.load(std::memory_order_relaxed);
+  uint64_t bytes = round_up(p - base + size, os::page_size());
+  if (!span_commit(head, bytes)) {
+    pool_give(head, n);
+    return nullptr;
+  }
+  uint32_t hi = span_index(head);
+  head->offset.store(uint32_t(p - base), std::memory_order_relaxed);
+  head->large_size.store(bytes - (p - base), std::memory_order_relaxed);
+  head->run_len.store(n, std::memory_order_relaxed);
+  for (uint32_t i = 1; i < n; i++) {
+    Span* t = span_at(hi + i);
+    t->run_len.store(hi, std::memory_order_relaxed);
+    set_state(t, kLargeTail);
+  }
+  set_state(head, kLarge);
+  if (zero) zero_block(reinterpret_cast<void*>(p), size, base, before);
+  g_live_bytes.fetch_add(bytes - (p - base), std::memory_order_relaxed);
+  g_allocs.fetch_add(1, std::memory_order_relaxed);
+  g_live_spans.fetch_add(n, std::memory_order_relaxed);
+  return reinterpret_cast<void*>(p);
+}
+
+// The head of the large or huge object p points into; nullptr if none.
+static Span* head_of(const void* p, const Span* d) {
+  Anchor a = Anchor::unpack(d->anchor.load(std::memory_order_acquire));
+  if (a.state == kLargeTail) return span_at(d->run_len.load(std::memory_order_relaxed));
+  if (a.state == kLarge || a.state == kHuge) return const_cast<Span*>(d);
+  return nullptr;
+}
+
+void large_free(void* p, Span* d) {
+  Span* head = head_of(p, d);
+  if (head == nullptr) report_misuse("free of a pointer freeway did not hand out (or double free):", p);
+  uintptr_t base = span_base(head);
+  if (reinterpret_cast<uintptr_t>(p) != base + head->offset.load(std::memory_order_relaxed))
+    report_misuse("free of a pointer inside a large block (not its start):", p);
+  uint64_t w = head->anchor.load(std::memory_order_acquire);
+  Anchor a = Anchor::unpack(w);
+  uint32_t state = a.state;
+  if ((state != kLarge && state != kHuge) ||
+      !head->anchor.compare_exchange_strong(w, Anchor{0, 0, kFree, a.linked, a.tag + 1}.pack(),
+                                            std::memory_order_acq_rel, std::memory_order_acquire))
+    report_misuse("double free of a large block:", p);
+  uint64_t usable = head->large_size.load(std::memory_order_relaxed);
+  g_live_bytes.fetch_sub(usable, std::memory_order_relaxed);
+  g_frees.fetch_add(1, std::memory_order_relaxed);
+  if (state == kHuge) {
+    span_forget_committed(head);
+    arena_huge_release(span_index(head) / kVspansPerRegion);
+    return;
+  }
+  uint32_t n = head->run_len.load(std::memory_order_relaxed);
+  uint32_t hi = span_index(head);
+  for (uint32_t i = 1; i < n; i++) set_state(span_at(hi + i), kFree);
+  g_live_spans.fetch_sub(n, std::memory_order_relaxed);
+  pool_give(head, n);
+}
+
+size_t large_usable_size(const void* p, const Span* d) {
+  Span* head = head_of(p, d);
+  if (head == nullptr) return 0;
+  return size_t(head->large_size.load(std::memory_order_relaxed));
+}
+
+bool large_resize_in_place(void* p, Span* d, size_t size) {
+  Span* head = head_of(p, d);
+  if (head == nullptr || Anchor::unpack(head->anchor.load(std::memory_order_acquire)).state != kLarge)
+    return false;
+  uint64_t offset = head->offset.load(std::memory_order_relaxed);
+  uint64_t room = (uint64_t(head->run_len.load(std::memory_order_relaxed)) << kVspanShift) - offset;
+  uint64_t old = head->large_size.load(std::memory_order_relaxed);
+  if (size > room || size <= kSmallMax) return false;
+  uint64_t bytes = round_up(offset + size, os::page_size());
+  // Shrinking below half the run would strand address space and commit: move instead.
+  if (bytes - offset < room / 2 && size < old) return false;
+  if (!span_commit(head, bytes)) return false;
+  uint64_t usable = bytes - offset;
+  if (usable < old) usable = old;  // committed pages stay usable
+  head->large_size.store(usable, std::memory_order_relaxed);
+  g_live_bytes.fetch_add(usable - old, std::memory_order_relaxed);
+  return true;
+}
+
+LargeStats large_stats() {
+  return LargeStats{g_live_bytes.load(std::memory_order_relaxed), g_allocs.load(std::memory_order_relaxed),
+                    g_frees.load(std::memory_order_relaxed), g_live_spans.load(std::memory_order_relaxed)};
+}
+
+}  // namespace fw

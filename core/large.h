@@ -1,0 +1,39 @@
+// core/large.h: large and huge objects.
+//
+// A large object (kSmallMax < size <= kLargeMax, alignment included) is a run
+// of n contiguous virtual spans taken from the span-pool. Its head descriptor
+// is in state LARGE with the object's offset from the run's base (non-zero only
+// for alignments above kVspanSize) and its usable size; each other descriptor
+// of the run is LARGE_TAIL with run_len = index of the head. So any pointer is
+// validated in O(1): its descriptor (or its head) must be LARGE and the pointer
+// must equal base + offset. Only the pages the object uses are committed; the
+// rest of the run is address space. Freeing is one CAS LARGE -> FREE on the
+// head (a second free of the same object fails that CAS: a double free).
+//
+// A huge object (larger than kLargeMax) gets a region of its own from the
+// arena; its first descriptor is the head, in state HUGE. Freeing it unmaps the
+// region.
+#pragma once
+#include <cstddef>
+
+#include "core/span.h"
+
+namespace fw {
+
+// Returns a block of at least size bytes aligned to align (a power of two), or
+// nullptr (the caller sets errno). zero: the block must read as zeros.
+void* large_alloc(size_t size, size_t align, bool zero);
+// Frees p, whose descriptor d is LARGE, LARGE_TAIL or HUGE; reports misuse
+// (bad or double free) and stops the process otherwise.
+void large_free(void* p, Span* d);
+// Usable bytes of the large or huge object at p (0 if p is not one).
+size_t large_usable_size(const void* p, const Span* d);
+// Grows or shrinks p in place when its run has room; true if it did.
+bool large_resize_in_place(void* p, Span* d, size_t size);
+
+struct LargeStats {
+  uint64_t live_bytes, allocs, frees, live_spans;
+};
+LargeStats large_stats();
+
+}  // namespace fw

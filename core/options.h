@@ -1,0 +1,32 @@
+// core/options.h: every run-time option of freeway, in one table.
+//
+// Each row: name, default, meaning. The environment variable is FREEWAY_<NAME>
+// (upper case). Options are read once, lazily, with getenv and a hand-written
+// number parser, so reading them never allocates. FREEWAY_VERBOSE=1 prints them
+// all at start and a statistics summary at exit. docs/tuning.md explains each.
+#pragma once
+#include <cstdint>
+
+namespace fw {
+
+#define FW_OPTIONS(X)                                                                           \
+  X(verbose, 0, "1: print the options at start and a statistics summary at exit")               \
+  X(retain_mb, 16, "MiB of empty spans kept committed for reuse before decommitting")           \
+  X(decommit_kb, 4096, "empty spans or freed large runs bigger than this many KiB are decommitted at once") \
+  X(reuse_percent, 25, "a full span becomes reusable when this percent of its blocks are free (Hoard f)") \
+  X(pool_stacks, 0, "stacks in the span-pool; 0 = one per CPU (at most 64)")                    \
+  X(peak_sample, 64, "sample live bytes for the peak figure every this many span acquisitions")
+
+enum class Option : unsigned {
+#define FW_OPTION_ENUM(name, def, doc) name,
+  FW_OPTIONS(FW_OPTION_ENUM)
+#undef FW_OPTION_ENUM
+  count
+};
+
+// Value of an option (reads the environment on first use).
+int64_t option(Option o);
+// Prints every option with its value and meaning to fd.
+void options_print(int fd);
+
+}  // namespace fw

@@ -1,0 +1,33 @@
+// core/report.h: messages from inside the allocator. Nothing here allocates:
+// text is formatted into a stack buffer and written with one system call.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace fw {
+
+// A small fixed buffer that formats text, decimal and hex without allocating.
+class Line {
+ public:
+  Line& str(const char* s);
+  Line& dec(uint64_t v);
+  Line& hex(uint64_t v);
+  Line& ptr(const void* p) { return hex(reinterpret_cast<uintptr_t>(p)); }
+  const char* data() const { return buf_; }
+  size_t size() const { return len_; }
+  void write(int fd) const;
+
+ private:
+  char buf_[512];
+  size_t len_ = 0;
+};
+
+// Heap misuse detected (bad free, double free...): prints
+// "freeway: <what> 0x<address>" on stderr and stops the process.
+[[noreturn]] void report_misuse(const char* what, const void* p);
+
+// An invariant checker found a violation: prints it and returns false so that
+// checkers can count violations and carry on.
+bool report_invariant(const char* what, uint64_t detail);
+
+}  // namespace fw

@@ -1,0 +1,236 @@
+// core/span.cpp: the state transitions of small spans (see span.h for the
+// anchor, the life cycle and the invariants).
+#include "core/span.h"
+
+#include "core/arena.h"
+#include "core/options.h"
+#include "core/report.h"
+#include "core/reusable.h"
+#include "core/size_class.h"
+#include "core/span_pool.h"
+
+namespace fw {
+namespace {
+
+constexpr uint32_t kCarveBytes = 16 * 1024;  // blocks carved per refill, in bytes
+
+// One CAS on the anchor. Success is release (publishes the block links and the
+// owner's writes); failure reloads with acquire.
+FW_INLINE bool anchor_cas(Span* s, uint64_t& expected, const Anchor& desired) {
+  return s->anchor.compare_exchange_weak(expected, desired.pack(), std::memory_order_acq_rel,
+                                         std::memory_order_acquire);
+}
+
+enum class After { kNothing, kReusable, kPool };
+
+// State a non-hot span takes when it has `free_listed` blocks on its list.
+// Fills `next` (keeping head/count as given) and says what the caller must do.
+After settle(const Span* s, const Anchor& cur, uint32_t free_listed, Anchor& next) {
+  uint32_t carved = s->carved.load(std::memory_order_relaxed);
+  uint32_t capacity = s->capacity.load(std::memory_order_relaxed);
+  if (free_listed >= carved) {
+    next = Anchor{0, 0, kFree, cur.linked, cur.tag + 1};
+    return After::kPool;
+  }
+  if (free_listed + (capacity - carved) >= reuse_threshold(capacity)) {
+    if (cur.state == kPartial) return After::kNothing;
+    next.state = kPartial;
+    next.tag = cur.tag + 1;
+    if (cur.linked) return After::kNothing;  // still in a stack from an earlier life: found there
+    next.linked = true;
+    return After::kReusable;
+  }
+  if (next.state != kFull) {
+    next.state = kFull;
+    next.tag = cur.tag + 1;
+  }
+  return After::kNothing;
+}
+
+void follow_up(Span* s, After after) {
+  if (after == After::kPool) {
+    s->owner.store(nullptr, std::memory_order_relaxed);
+    pool_give(s, 1);
+  } else if (after == After::kReusable) {
+    reusable_push(s, s->cls.load(std::memory_order_relaxed));
+  }
+}
+
+}  // namespace
+
+const char* span_state_name(uint32_t state) {
+  static const char* const names[] = {"free", "hot", "full", "partial", "large", "large-tail", "huge", "?"};
+  return names[state & 7];
+}
+
+uint32_t reuse_threshold(uint32_t capacity) {
+  uint64_t pct = uint64_t(option(Option::reuse_percent));
+  if (pct < 1) pct = 1;
+  if (pct > 100) pct = 100;
+  uint32_t t = uint32_t((uint64_t(capacity) * pct + 99) / 100);
+  return t == 0 ? 1 : t;
+}
+
+bool span_make_hot(Span* s, unsigned cls, Lab* lab) {
+  const ClassInfo& ci = class_info(cls);
+  if (!span_commit(s, ci.span_bytes)) {
+    pool_give(s, 1);
+    return false;
+  }
+  s->cls.store(cls, std::memory_order_relaxed);
+  s->block_size.store(ci.block_size, std::memory_order_relaxed);
+  s->capacity.store(ci.capacity, std::memory_order_relaxed);
+  s->carved.store(0, std::memory_order_relaxed);
+  s->run_len.store(1, std::memory_order_relaxed);
+  // The span may still be linked in a reusable stack from an earlier life, and
+  // that stack's popper may clear `linked` concurrently: so CAS, keeping it.
+  uint64_t w = s->anchor.load(std::memory_order_acquire);
+  for (;;) {
+    Anchor a = Anchor::unpack(w);
+    if (a.state != kFree) report_misuse("heap corruption: pooled span not free, descriptor", s);
+    if (anchor_cas(s, w, Anchor{0, 0, kHot, a.linked, a.tag + 1})) break;
+  }
+  s->owner.store(lab, std::memory_order_relaxed);
+  return true;
+}
+
+bool span_claim_reusable(Span* s, unsigned cls, Lab* lab, void** list) {
+  uint64_t w = s->anchor.load(std::memory_order_acquire);
+  for (;;) {
+    Anchor a = Anchor::unpack(w);
+    if (a.state == kPartial) {
+      unsigned now = s->cls.load(std::memory_order_relaxed);
+      if (now != cls) {
+        // Recycled into another class while linked here: move it (linked stays set).
+        reusable_push(s, now);
+        return false;
+      }
+      if (anchor_cas(s, w, Anchor{0, 0, kHot, false, a.tag + 1})) {
+        s->owner.store(lab, std::memory_order_relaxed);
+        *list = block_at(span_base(s), a.head);
+        return true;
+      }
+    } else {
+      Anchor b = a;
+      b.linked = false;
+      b.tag = a.tag + 1;
+      if (anchor_cas(s, w, b)) return false;
+    }
+  }
+}
+
+void* span_collect(Span* s) {
+  uint64_t w = s->anchor.load(std::memory_order_acquire);
+  for (;;) {
+    Anchor a = Anchor::unpack(w);
+    if (a.count == 0) return nullptr;
+    if (anchor_cas(s, w, Anchor{0, 0, kHot, a.linked, a.tag})) return block_at(span_base(s), a.head);
+  }
+}
+
+void* span_carve(Span* s) {
+  uint32_t carved = s->carved.load(std::memory_order_relaxed);
+  uint32_t capacity = s->capacity.load(std::memory_order_relaxed);
+  if (carved >= capacity) return nullptr;
+  uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
+  uint32_t n = kCarveBytes / bsize;
+  if (n == 0) n = 1;
+  if (n > capacity - carved) n = capacity - carved;
+  char* first = reinterpret_cast<char*>(span_base(s)) + size_t(carved) * bsize;
+  char* p = first;
+  for (uint32_t i = 1; i < n; i++, p += bsize) *reinterpret_cast<void**>(p) = p + bsize;
+  *reinterpret_cast<void**>(p) = nullptr;
+  s->carved.store(carved + n, std::memory_order_relaxed);
+  return first;
+}
+
+bool span_float(Span* s, Lab* lab) {
+  uint64_t w = s->anchor.load(std::memory_order_acquire);
+  Anchor a = Anchor::unpack(w);
+  if (a.count != 0) return false;
+  s->owner.store(nullptr, std::memory_order_relaxed);
+  if (anchor_cas(s, w, Anchor{0, 0, kFull, a.linked, a.tag + 1})) return true;
+  s->owner.store(lab, std::memory_order_relaxed);
+  return false;
+}
+
+void span_release(Span* s, void* local) {
+  uintptr_t base = span_base(s);
+  uint32_t m = 0;
+  void* tail = nullptr;
+  for (void* b = local; b != nullptr; b = *static_cast<void**>(b)) {
+    m++;
+    tail = b;
+  }
+  s->owner.store(nullptr, std::memory_order_relaxed);
+  uint64_t w = s->anchor.load(std::memory_order_acquire);
+  After after;
+  for (;;) {
+    Anchor a = Anchor::unpack(w);
+    if (tail) *static_cast<void**>(tail) = block_at(base, a.head);
+    Anchor next{local ? block_index(base, local) : a.head, a.count + m, kHot, a.linked, a.tag};
+    after = settle(s, a, a.count + m, next);
+    if (anchor_cas(s, w, next)) break;
+  }
+  follow_up(s, after);
+}
+
+void span_free_remote(Span* s, void* p) {
+  uintptr_t base = span_base(s);
+  uintptr_t off = reinterpret_cast<uintptr_t>(p) - base;
+  uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
+  if (bsize == 0 || off % bsize != 0 || off / bsize >= s->carved.load(std::memory_order_relaxed))
+    report_misuse("free of a pointer that is not the start of a block:", p);
+  uint32_t index = block_index(base, p);
+  uint64_t w = s->anchor.load(std::memory_order_acquire);
+  After after;
+  for (;;) {
+    Anchor a = Anchor::unpack(w);
+    if (a.state != kHot && a.state != kFull && a.state != kPartial)
+      report_misuse("double free (or free of a block not in use):", p);
+    *static_cast<void**>(p) = block_at(base, a.head);
+    Anchor next{index, a.count + 1, a.state, a.linked, a.tag};
+    after = After::kNothing;
+    if (a.state != kHot) {
+      if (a.count + 1 > s->carved.load(std::memory_order_relaxed))
+        report_misuse("double free:", p);
+      after = settle(s, a, a.count + 1, next);
+    }
+    if (anchor_cas(s, w, next)) break;
+  }
+  follow_up(s, after);
+}
+
+bool span_is_valid(const Span* s) {
+  Anchor a = Anchor::unpack(s->anchor.load(std::memory_order_acquire));
+  if (a.state != kFull && a.state != kPartial && a.state != kHot) return true;
+  bool ok = true;
+  uint32_t i = span_index(s);
+  uint32_t carved = s->carved.load(std::memory_order_relaxed);
+  uint32_t capacity = s->capacity.load(std::memory_order_relaxed);
+  uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
+  if (carved > capacity) ok = report_invariant("span: carved > capacity", i);
+  if (uint64_t(capacity) * bsize > s->committed.load(std::memory_order_relaxed))
+    ok = report_invariant("span: blocks beyond committed memory", i);
+  if (a.count > carved) ok = report_invariant("span: more free blocks than carved", i);
+  // Walk the list: it must hold exactly count blocks, each a block start.
+  uintptr_t base = span_base(s);
+  uint32_t n = 0;
+  for (void* b = block_at(base, a.head); b != nullptr && n <= a.count; b = *static_cast<void**>(b)) {
+    uintptr_t off = reinterpret_cast<uintptr_t>(b) - base;
+    if (off % bsize != 0 || off / bsize >= carved) {
+      ok = report_invariant("span: list holds a pointer that is not a carved block", i);
+      break;
+    }
+    n++;
+  }
+  if (n != a.count) ok = report_invariant("span: free list length differs from count", i);
+  if (a.state == kFull && a.count + (capacity - carved) >= reuse_threshold(capacity))
+    ok = report_invariant("span: full span above the reuse threshold", i);
+  if (a.state != kHot && a.count >= carved) ok = report_invariant("span: empty span not returned", i);
+  if (a.state != kHot && s->owner.load(std::memory_order_relaxed) != nullptr)
+    ok = report_invariant("span: unowned span names an owner", i);
+  return ok;
+}
+
+}  // namespace fw

@@ -1,0 +1,149 @@
+// core/span.h: the span descriptor and its anchor word.
+//
+// A span is one virtual span (kVspanSize of address space) with a descriptor in
+// the arena's descriptor table. A small span carves the first span_bytes of its
+// virtual span into blocks of one size class. A run of virtual spans holds one
+// large object: the first descriptor is the run's head, the others are tails.
+//
+// The anchor (Michael §3.2.1) is the one word that is changed by compare-and-
+// swap only. It packs the span's remote free list and its state:
+//
+//   bits  0..16  head    block index + 1 of the first block on the remote free
+//                        list (block i is at base + i*16); 0 = empty list
+//   bits 17..33  count   blocks on the remote free list
+//   bits 34..36  state   see SpanState
+//   bit  37      linked  the span's reuse_next link is in use in some reusable stack
+//   bits 38..63  tag     incremented on every state change (ABA protection)
+//
+// Life cycle of a small span (scalloc §3.4 = Michael §3.2.2):
+//   FREE -> HOT      popped from the span-pool (or fresh) by a thread cache (LAB)
+//   HOT -> HOT       remote free pushes onto the list; the owner takes the list
+//   HOT -> FULL      the owner has no block left to give: it lets the span float
+//   FULL -> PARTIAL  a free makes >= reuse_percent of the blocks free: the freer
+//                    pushes it on the class's reusable stack (unless linked)
+//   PARTIAL -> HOT   a LAB pops it from the reusable stack and takes its list
+//   FULL/PARTIAL -> FREE  the free of the last block in use: the freer pushes
+//                    the span to the span-pool at once (a PARTIAL span then stays
+//                    linked in its reusable stack until popped: lazy removal)
+//   HOT -> FULL/PARTIAL/FREE  a thread exits: its LAB releases every hot span
+//
+// Who writes which field (all fields are atomics so that racing reads are
+// defined; the orders are named at every use):
+//   anchor      any thread, CAS only.
+//   owner       the LAB that claims the span (after its claim CAS), and that LAB
+//               again just before its release CAS. Read by the free fast path,
+//               which only compares it with its own LAB.
+//   cls, block_size, capacity, run_len, offset, large_size
+//               the thread that holds the span exclusively (just popped it from
+//               the pool or a run cache), before publishing it with a CAS.
+//   carved      the owning LAB while HOT; stable in every other state.
+//   committed   the exclusive holder (pool pop/push, run alloc/free).
+//   pool_next, reuse_next  the stacks (tagged_stack.h).
+// Equations (span_is_valid):
+//   state in {FULL, PARTIAL}: count <= carved <= capacity, list has count blocks
+//   state FULL:    count + (capacity - carved) <  reuse threshold
+//   state PARTIAL: count < carved (else it would be FREE)
+//   capacity * block_size <= committed <= kVspanSize (small spans)
+#pragma once
+#include <atomic>
+#include <cstdint>
+
+#include "core/config.h"
+
+namespace fw {
+
+struct Lab;
+
+enum SpanState : uint32_t {
+  kFree = 0,       // in the span-pool or a run cache, or never used
+  kHot = 1,        // owned by a LAB, which allocates from it
+  kFull = 2,       // floating: no owner, few free blocks, in no list
+  kPartial = 3,    // reusable: no owner, in (or on its way to) a reusable stack
+  kLarge = 4,      // head of a large run in use
+  kLargeTail = 5,  // other vspans of a large run in use; run_len = index of head
+  kHuge = 6,       // head of a huge region in use
+};
+
+const char* span_state_name(uint32_t state);
+
+struct Anchor {
+  uint32_t head;   // block index + 1, 0 = empty
+  uint32_t count;
+  uint32_t state;
+  bool linked;
+  uint32_t tag;
+
+  static constexpr unsigned kCountShift = 17, kStateShift = 34, kLinkedShift = 37, kTagShift = 38;
+  static constexpr uint64_t kField17 = (uint64_t(1) << 17) - 1;
+
+  static Anchor unpack(uint64_t w) {
+    return Anchor{uint32_t(w & kField17), uint32_t((w >> kCountShift) & kField17),
+                  uint32_t((w >> kStateShift) & 7), bool((w >> kLinkedShift) & 1),
+                  uint32_t(w >> kTagShift)};
+  }
+  uint64_t pack() const {
+    return uint64_t(head) | (uint64_t(count) << kCountShift) | (uint64_t(state) << kStateShift) |
+           (uint64_t(linked) << kLinkedShift) | (uint64_t(tag & ((1u << 26) - 1)) << kTagShift);
+  }
+};
+
+struct alignas(64) Span {
+  std::atomic<uint64_t> anchor;
+  std::atomic<Lab*> owner;
+  std::atomic<uint32_t> pool_next;
+  std::atomic<uint32_t> reuse_next;
+  std::atomic<uint32_t> cls;
+  std::atomic<uint32_t> block_size;
+  std::atomic<uint32_t> capacity;
+  std::atomic<uint32_t> carved;
+  std::atomic<uint32_t> run_len;
+  std::atomic<uint32_t> offset;
+  std::atomic<uint64_t> committed;
+  std::atomic<uint64_t> large_size;
+};
+static_assert(sizeof(Span) == 64, "a span descriptor is one cache line");
+
+// Block index (the anchor's unit) <-> address, for a span whose base is known.
+FW_INLINE uint32_t block_index(uintptr_t base, const void* p) {
+  return uint32_t((reinterpret_cast<uintptr_t>(p) - base) >> 4) + 1;
+}
+FW_INLINE void* block_at(uintptr_t base, uint32_t index) {
+  return index == 0 ? nullptr : reinterpret_cast<void*>(base + (uintptr_t(index - 1) << 4));
+}
+
+// Free blocks a non-hot span needs before it is reusable.
+uint32_t reuse_threshold(uint32_t capacity);
+
+// --- The transitions of a small span. "Owner" means the LAB holding it HOT. ---
+
+// FREE -> HOT: a span just taken from the pool becomes lab's span of class cls.
+// False if its memory could not be committed (the span is then given back).
+bool span_make_hot(Span* s, unsigned cls, Lab* lab);
+
+// PARTIAL -> HOT for a span just popped from reusable stack cls. On success
+// returns true and sets *list to its free list (may be empty: carve). On false
+// the span was not claimable (it was dropped from the stack, or moved to the
+// stack of its current class).
+bool span_claim_reusable(Span* s, unsigned cls, Lab* lab, void** list);
+
+// Owner: takes every block on the remote free list; nullptr if none.
+void* span_collect(Span* s);
+
+// Owner: carves blocks never handed out into a list; nullptr if all are carved.
+void* span_carve(Span* s);
+
+// Owner: HOT -> FULL for a span with no free block left. False when remote
+// frees arrived meanwhile (collect them instead).
+bool span_float(Span* s, Lab* lab);
+
+// Owner: gives the span up with `local` (its owner-side free list): it becomes
+// FULL, PARTIAL or FREE by its free count (thread exit, cache flush).
+void span_release(Span* s, void* local);
+
+// Any thread but the owner: frees block p of small span s.
+void span_free_remote(Span* s, void* p);
+
+// Checks the equations above for one span; reports and returns false if broken.
+bool span_is_valid(const Span* s);
+
+}  // namespace fw

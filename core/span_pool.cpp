@@ -1,0 +1,236 @@
+// core/span_pool.cpp: the span-pool (see span_pool.h).
+#include "core/span_pool.h"
+
+#include <atomic>
+
+#include "core/arena.h"
+#include "core/options.h"
+#include "core/report.h"
+#include "core/tagged_stack.h"
+#include "platform/os.h"
+
+namespace fw {
+namespace {
+
+struct PoolLink {
+  std::atomic<uint32_t>& operator()(uint32_t i) const { return span_at(i)->pool_next; }
+};
+using SpanStack = TaggedStack<PoolLink>;
+
+constexpr unsigned kMaxPoolStacks = 64;
+constexpr uint32_t kExactRuns = 64;                  // run stacks for lengths 2..64
+constexpr unsigned kLogRuns = 11;                    // 2^6 .. 2^10 vspans (1024 = a region)
+SpanStack g_single[kMaxPoolStacks];
+SpanStack g_exact[kExactRuns + 1];
+SpanStack g_log[kLogRuns];                           // g_log[k]: runs of length in [2^k, 2^(k+1)), k >= 6
+std::atomic<unsigned> g_stack_count{0};
+std::atomic<uint64_t> g_retained{0};
+std::atomic<uint64_t> g_committed{0};
+std::atomic<uint64_t> g_peak_committed{0};
+std::atomic<int64_t> g_pooled_spans{0};
+
+unsigned stack_count() {
+  unsigned n = g_stack_count.load(std::memory_order_relaxed);
+  if (n == 0) {
+    int64_t o = option(Option::pool_stacks);
+    n = o > 0 ? unsigned(o) : unsigned(os::cpu_count());
+    if (n > kMaxPoolStacks) n = kMaxPoolStacks;
+    if (n == 0) n = 1;
+    g_stack_count.store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+unsigned floor_log2(uint32_t v) { return 31u - unsigned(__builtin_clz(v)); }
+
+void count_committed(int64_t delta) {
+  uint64_t now = g_committed.fetch_add(uint64_t(delta), std::memory_order_relaxed) + uint64_t(delta);
+  if (delta > 0) {
+    uint64_t peak = g_peak_committed.load(std::memory_order_relaxed);
+    while (now > peak && !g_peak_committed.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+  }
+}
+
+void decommit_span(Span* s) {
+  uint64_t c = s->committed.load(std::memory_order_relaxed);
+  if (c == 0) return;
+  os::decommit(reinterpret_cast<void*>(span_base(s)), c);
+  s->committed.store(0, std::memory_order_relaxed);
+  count_committed(-int64_t(c));
+}
+
+// Pushes a FREE run (or single span) that is already accounted for.
+void push_free(Span* head, uint32_t len) {
+  head->run_len.store(len, std::memory_order_relaxed);
+  g_retained.fetch_add(head->committed.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  g_pooled_spans.fetch_add(len, std::memory_order_relaxed);
+  uint32_t i = span_index(head);
+  if (len == 1)
+    g_single[os::cpu_id() % stack_count()].push(i);
+  else if (len <= kExactRuns)
+    g_exact[len].push(i);
+  else
+    g_log[floor_log2(len)].push(i);
+}
+
+// Marks a popped span or run as taken out of the pool.
+Span* taken(uint32_t index, uint32_t len) {
+  Span* s = span_at(index);
+  g_retained.fetch_sub(s->committed.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  g_pooled_spans.fetch_sub(len, std::memory_order_relaxed);
+  return s;
+}
+
+// Keeps the first n spans of a popped run of length m and pushes the rest back.
+Span* split(uint32_t index, uint32_t m, uint32_t n) {
+  Span* head = taken(index, m);
+  if (m > n) {
+    Span* rest = span_at(index + n);
+    uint64_t c = head->committed.load(std::memory_order_relaxed);
+    uint64_t kept = uint64_t(n) << kVspanShift;
+    rest->committed.store(c > kept ? c - kept : 0, std::memory_order_relaxed);
+    head->committed.store(c > kept ? kept : c, std::memory_order_relaxed);
+    push_free(rest, m - n);
+  }
+  head->run_len.store(n, std::memory_order_relaxed);
+  return head;
+}
+
+// Leftover of a closed region: a free run that was never committed.
+void give_leftover(uint32_t index, uint32_t len) {
+  while (len > 0) {
+    uint32_t piece = len > (1u << (kLogRuns - 1)) ? (1u << (kLogRuns - 1)) : len;
+    Span* s = span_at(index);
+    s->committed.store(0, std::memory_order_relaxed);
+    push_free(s, piece);
+    index += piece;
+    len -= piece;
+  }
+}
+
+Span* fresh(uint32_t n) {
+  if (!arena_init()) return nullptr;
+  uint32_t left = 0, left_len = 0;
+  uint32_t i = arena_fresh_vspans(n, &left, &left_len);
+  if (left_len) give_leftover(left, left_len);
+  if (i == kNoIndex) return nullptr;
+  Span* s = span_at(i);
+  s->committed.store(0, std::memory_order_relaxed);
+  s->run_len.store(n, std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace
+
+Span* pool_take_span() {
+  unsigned n = stack_count();
+  unsigned home = os::cpu_id() % n;
+  for (unsigned k = 0; k < n; k++) {
+    uint32_t i = g_single[(home + k) % n].pop();
+    if (i != kNoIndex) return taken(i, 1);
+  }
+  // No single span: split one off a run before reserving fresh address space.
+  for (uint32_t m = 2; m <= kExactRuns; m++) {
+    uint32_t i = g_exact[m].pop();
+    if (i != kNoIndex) return split(i, m, 1);
+  }
+  return fresh(1);
+}
+
+Span* pool_take_run(uint32_t n) {
+  if (n == 1) return pool_take_span();
+  if (n <= kExactRuns) {
+    for (uint32_t m = n; m <= kExactRuns; m++) {
+      uint32_t i = g_exact[m].pop();
+      if (i != kNoIndex) return split(i, m, n);
+    }
+  }
+  // Runs in g_log[k] are at least 2^k long: start at the first k with 2^k >= n.
+  unsigned k = n <= 64 ? 6 : floor_log2(n - 1) + 1;
+  for (; k < kLogRuns; k++) {
+    uint32_t i = g_log[k].pop();
+    if (i != kNoIndex) return split(i, span_at(i)->run_len.load(std::memory_order_relaxed), n);
+  }
+  return fresh(n);
+}
+
+void pool_give(Span* head, uint32_t len) {
+  uint64_t c = head->committed.load(std::memory_order_relaxed);
+  uint64_t cap = uint64_t(option(Option::retain_mb)) << 20;
+  uint64_t big = uint64_t(option(Option::decommit_kb)) << 10;
+  if (c > 0 && (c > big || g_retained.load(std::memory_order_relaxed) + c > cap)) decommit_span(head);
+  push_free(head, len);
+}
+
+bool span_commit(Span* s, uint64_t bytes) {
+  uint64_t c = s->committed.load(std::memory_order_relaxed);
+  if (c >= bytes) return true;
+  if (!os::commit(reinterpret_cast<void*>(span_base(s) + c), bytes - c)) return false;
+  s->committed.store(bytes, std::memory_order_relaxed);
+  count_committed(int64_t(bytes - c));
+  return true;
+}
+
+void span_forget_committed(Span* s) {
+  uint64_t c = s->committed.exchange(0, std::memory_order_relaxed);
+  count_committed(-int64_t(c));
+}
+
+void pool_collect() {
+  // Pop everything, decommit, push back. Other threads may pop and push at the
+  // same time: each span we hold is ours alone while we hold it.
+  // Popped spans are chained through pool_next (they are ours until pushed).
+  auto drain = [](SpanStack& st) {
+    uint32_t chain = kNoIndex;
+    for (uint32_t i = st.pop(); i != kNoIndex; i = st.pop()) {
+      span_at(i)->pool_next.store(chain, std::memory_order_relaxed);
+      chain = i;
+    }
+    while (chain != kNoIndex) {
+      Span* s = span_at(chain);
+      chain = s->pool_next.load(std::memory_order_relaxed);
+      uint32_t len = s->run_len.load(std::memory_order_relaxed);
+      taken(span_index(s), len);
+      decommit_span(s);
+      push_free(s, len);
+    }
+  };
+  for (auto& st : g_single) drain(st);
+  for (auto& st : g_exact) drain(st);
+  for (auto& st : g_log) drain(st);
+}
+
+uint64_t pool_retained_bytes() { return g_retained.load(std::memory_order_relaxed); }
+uint64_t committed_bytes() { return g_committed.load(std::memory_order_relaxed); }
+uint64_t peak_committed_bytes() { return g_peak_committed.load(std::memory_order_relaxed); }
+uint64_t pool_span_count() {
+  int64_t n = g_pooled_spans.load(std::memory_order_relaxed);
+  return n < 0 ? 0 : uint64_t(n);
+}
+
+bool pool_is_valid() {
+  bool ok = true;
+  uint64_t retained = 0;
+  auto walk = [&](const SpanStack& st, uint32_t min_len, uint32_t max_len) {
+    uint32_t i = st.peek();
+    uint32_t steps = 0;
+    while (i != kNoIndex && steps++ < (1u << 22)) {
+      const Span* s = span_at(i);
+      Anchor a = Anchor::unpack(s->anchor.load(std::memory_order_acquire));
+      uint32_t len = s->run_len.load(std::memory_order_relaxed);
+      if (a.state != kFree) ok = report_invariant("pool: pooled span not FREE", i);
+      if (len < min_len || len > max_len) ok = report_invariant("pool: run in the wrong stack", i);
+      retained += s->committed.load(std::memory_order_relaxed);
+      i = s->pool_next.load(std::memory_order_relaxed) - 1;
+    }
+  };
+  for (auto& st : g_single) walk(st, 1, 1);
+  for (uint32_t m = 2; m <= kExactRuns; m++) walk(g_exact[m], m, m);
+  for (unsigned k = 6; k < kLogRuns; k++) walk(g_log[k], 1u << k, (2u << k) - 1);
+  if (retained != g_retained.load(std::memory_order_relaxed))
+    ok = report_invariant("pool: retained bytes differ from the sum over pooled spans", retained);
+  return ok;
+}
+
+}  // namespace fw

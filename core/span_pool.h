@@ -1,0 +1,52 @@
+// core/span_pool.h: where free virtual spans wait (scalloc §3.3).
+//
+// Single free spans sit in per-CPU lock-free stacks (TaggedStack over the
+// descriptors' pool_next link): a thread pushes to and pops from the stack of
+// the CPU it runs on, and takes from the others only when its own is empty.
+// Free runs of 2 or more contiguous spans (what large objects are made of) sit
+// in run stacks keyed by length: exact lengths up to 64, then one stack per
+// power of two. A run popped for n spans is split and the rest pushed back.
+//
+// Commit policy: a span or run keeps what it had committed when it enters the
+// pool, so reuse costs no page faults, while the total kept (retained bytes)
+// stays under FREEWAY_RETAIN_MB; past that, or for a span bigger than
+// FREEWAY_DECOMMIT_KB, its pages are given back to the OS as it enters.
+//
+// Every span in the pool is in state FREE and is held by nobody; the span (or
+// run head) descriptor's `committed` says how many bytes from its base are
+// committed. Invariant (pool_is_valid, checked while quiet):
+//   retained bytes = sum of `committed` over the spans and runs in the pool.
+#pragma once
+#include <cstdint>
+
+#include "core/span.h"
+
+namespace fw {
+
+// Takes one free virtual span (pooled or fresh). The caller holds it
+// exclusively, in state FREE. nullptr when the OS has no more memory.
+Span* pool_take_span();
+// Takes a run of n contiguous free virtual spans (n >= 1); returns the head.
+Span* pool_take_run(uint32_t n);
+// Gives a free span (run_len 1) or run head (run_len n) back. Its state must
+// already be FREE; the caller must not touch it afterwards.
+void pool_give(Span* head, uint32_t run_len);
+
+// Makes the first `bytes` of the span's address range usable (and counts them).
+bool span_commit(Span* s, uint64_t bytes);
+
+// Forgets the span's committed bytes without decommitting (its region is about
+// to be unmapped as a whole).
+void span_forget_committed(Span* s);
+
+// Decommits every retained span and run now (fw_collect).
+void pool_collect();
+
+uint64_t pool_retained_bytes();
+uint64_t committed_bytes();
+uint64_t peak_committed_bytes();
+uint64_t pool_span_count();  // spans (counting each span of a run) in the pool, approximate
+
+bool pool_is_valid();
+
+}  // namespace fw

@@ -1,0 +1,138 @@
+// core/stats.cpp: gathering and printing statistics (see stats.h).
+#include "core/stats.h"
+
+#include <atomic>
+#include <cstring>
+
+#include "core/arena.h"
+#include "core/lab.h"
+#include "core/large.h"
+#include "core/report.h"
+#include "core/size_class.h"
+#include "core/span_pool.h"
+
+namespace fw {
+namespace {
+
+std::atomic<uint64_t> g_unbound_frees[kClassCount];
+std::atomic<uint64_t> g_peak_live{0};
+
+struct ClassTotals {
+  uint64_t allocs[kClassCount];
+  uint64_t frees[kClassCount];
+};
+
+void sum_labs(ClassTotals& t) {
+  for (unsigned c = 0; c < kClassCount; c++) {
+    t.allocs[c] = 0;
+    t.frees[c] = g_unbound_frees[c].load(std::memory_order_relaxed);
+  }
+  for (Lab* lab = lab_first(); lab != nullptr; lab = lab->all_next.load(std::memory_order_acquire)) {
+    for (unsigned c = 0; c < kClassCount; c++) {
+      t.allocs[c] += lab->allocs[c].load(std::memory_order_relaxed);
+      t.frees[c] += lab->frees[c].load(std::memory_order_relaxed);
+    }
+  }
+}
+
+// Counters of different threads are read at slightly different moments, so a
+// class can momentarily show more frees than allocs; clamp to zero.
+uint64_t live_of(const ClassTotals& t, unsigned c) {
+  return t.allocs[c] > t.frees[c] ? t.allocs[c] - t.frees[c] : 0;
+}
+
+uint64_t live_bytes(const ClassTotals& t) {
+  uint64_t live = large_stats().live_bytes;
+  for (unsigned c = 0; c < kClassCount; c++) live += live_of(t, c) * class_block_size(c);
+  return live;
+}
+
+void note_peak(uint64_t live) {
+  uint64_t peak = g_peak_live.load(std::memory_order_relaxed);
+  while (live > peak && !g_peak_live.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+  }
+}
+
+}  // namespace
+
+void stats_count_unbound_free(unsigned cls) { g_unbound_frees[cls].fetch_add(1, std::memory_order_relaxed); }
+
+void stats_sample_peak() {
+  ClassTotals t;
+  sum_labs(t);
+  note_peak(live_bytes(t));
+}
+
+void stats_fill(fw_stats_t* out) {
+  std::memset(out, 0, sizeof(*out));
+  ClassTotals t;
+  sum_labs(t);
+  LargeStats large = large_stats();
+  out->live_bytes = live_bytes(t);
+  note_peak(out->live_bytes);
+  out->peak_live_bytes = g_peak_live.load(std::memory_order_relaxed);
+  out->reserved_bytes = arena_reserved_bytes();
+  out->committed_bytes = committed_bytes();
+  out->peak_committed_bytes = peak_committed_bytes();
+  out->large_live_bytes = large.live_bytes;
+  out->large_allocs = large.allocs;
+  out->large_frees = large.frees;
+  out->spans_large = large.live_spans;
+  out->spans_pooled = pool_span_count();
+  out->threads_live = lab_threads_live();
+  out->threads_created = lab_threads_created();
+  out->class_count = kClassCount;
+  for (unsigned c = 0; c < kClassCount; c++) {
+    fw_class_stats& cs = out->classes[c];
+    cs.block_size = class_block_size(c);
+    cs.allocs = t.allocs[c];
+    cs.frees = t.frees[c];
+    cs.live = live_of(t, c);
+  }
+  // Span states: one pass over the descriptors of the regions handed out.
+  Span* table = g_spans.load(std::memory_order_acquire);
+  if (table == nullptr) return;
+  for (uint32_t r = 0; r < arena_region_count(); r++) {
+    if (g_regions[r].kind.load(std::memory_order_acquire) != kRegionArena) continue;
+    uint32_t used = g_regions[r].next_vspan.load(std::memory_order_relaxed);
+    for (uint32_t v = 0; v < used && v < kVspansPerRegion; v++) {
+      const Span& s = table[size_t(r) * kVspansPerRegion + v];
+      uint32_t state = Anchor::unpack(s.anchor.load(std::memory_order_relaxed)).state;
+      uint32_t c = s.cls.load(std::memory_order_relaxed);
+      if (state == kHot) out->spans_hot++;
+      else if (state == kFull) out->spans_full++;
+      else if (state == kPartial) out->spans_partial++;
+      else continue;
+      if (c < kClassCount) out->classes[c].spans++;
+    }
+  }
+}
+
+void stats_print(int fd) {
+  fw_stats_t s;
+  stats_fill(&s);
+  Line head;
+  head.str("freeway statistics\n");
+  head.write(fd);
+#define FW_STAT_PRINT(field, doc)                                               \
+  {                                                                             \
+    Line l;                                                                     \
+    l.str("  ").str(#field).str(": ").dec(s.field).str("  (").str(doc).str(")\n"); \
+    l.write(fd);                                                                \
+  }
+  FW_STAT_FIELDS(FW_STAT_PRINT)
+#undef FW_STAT_PRINT
+  Line cols;
+  cols.str("  class  block_size      allocs       frees        live  spans\n");
+  cols.write(fd);
+  for (unsigned c = 0; c < s.class_count; c++) {
+    const fw_class_stats& cs = s.classes[c];
+    if (cs.allocs == 0 && cs.spans == 0) continue;
+    Line l;
+    l.str("  ").dec(c).str("  ").dec(cs.block_size).str("  ").dec(cs.allocs).str("  ").dec(cs.frees)
+        .str("  ").dec(cs.live).str("  ").dec(cs.spans).str("\n");
+    l.write(fd);
+  }
+}
+
+}  // namespace fw

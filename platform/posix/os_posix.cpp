@@ -1,0 +1,164 @@
+// platform/posix/os_posix.cpp: the platform contract (platform/os.h) on Linux and
+// other POSIX systems, with mmap/madvise. See docs/porting.md.
+#include "platform/os.h"
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+namespace fw::os {
+namespace {
+
+// Linux overcommits: a MAP_NORESERVE mapping with read/write access costs no
+// memory until touched, so commit is free and decommit is MADV_DONTNEED.
+constexpr Features kFeatures = {
+#if defined(__linux__)
+    .commit_is_noop = true,
+    .decommit_zeroes = true,
+    .has_cpu_id = true,
+#else
+    .commit_is_noop = false,
+    .decommit_zeroes = false,
+    .has_cpu_id = false,
+#endif
+};
+
+int map_flags() {
+  int f = MAP_PRIVATE | MAP_ANONYMOUS;
+#ifdef MAP_NORESERVE
+  f |= MAP_NORESERVE;
+#endif
+  return f;
+}
+
+std::atomic<unsigned> g_exit_key{0};  // pthread key + 1; 0 = not created yet
+std::atomic<void (*)(void*)> g_exit_fn{nullptr};
+
+}  // namespace
+
+const Features& features() { return kFeatures; }
+
+size_t page_size() {
+  static std::atomic<size_t> cached{0};
+  size_t p = cached.load(std::memory_order_relaxed);
+  if (p == 0) {
+    long v = sysconf(_SC_PAGESIZE);
+    p = v > 0 ? size_t(v) : 4096;
+    cached.store(p, std::memory_order_relaxed);
+  }
+  return p;
+}
+
+size_t cpu_count() {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? size_t(n) : 1;
+}
+
+void* reserve_aligned(size_t size, size_t align) {
+  int prot = kFeatures.commit_is_noop ? (PROT_READ | PROT_WRITE) : PROT_NONE;
+  size_t span = size + align;
+  if (span < size) return nullptr;
+  void* raw = mmap(nullptr, span, prot, map_flags(), -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+  uintptr_t aligned = (start + align - 1) & ~(uintptr_t(align) - 1);
+  // Trim the unaligned head and the tail so exactly [aligned, aligned+size) stays.
+  if (aligned > start) munmap(raw, aligned - start);
+  uintptr_t end = start + span;
+  if (end > aligned + size) munmap(reinterpret_cast<void*>(aligned + size), end - (aligned + size));
+#ifdef MADV_NOHUGEPAGE
+  // Spans touch their memory sparsely; transparent huge pages would fault in
+  // 2 MiB where a span uses 64 KiB.
+  madvise(reinterpret_cast<void*>(aligned), size, MADV_NOHUGEPAGE);
+#endif
+  return reinterpret_cast<void*>(aligned);
+}
+
+void release(void* p, size_t size) { munmap(p, size); }
+
+bool commit(void* p, size_t size) {
+  if (kFeatures.commit_is_noop) return true;
+  return mprotect(p, size, PROT_READ | PROT_WRITE) == 0;
+}
+
+bool decommit(void* p, size_t size) {
+  int saved = errno;
+  bool ok = madvise(p, size, MADV_DONTNEED) == 0;
+  if (!kFeatures.commit_is_noop) ok = ok && mprotect(p, size, PROT_NONE) == 0;
+  errno = saved;
+  return ok;
+}
+
+bool protect(void* p, size_t size, bool accessible) {
+  return mprotect(p, size, accessible ? (PROT_READ | PROT_WRITE) : PROT_NONE) == 0;
+}
+
+void* alloc_metadata(size_t size) {
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+unsigned cpu_id() {
+#if defined(__linux__)
+  int c = sched_getcpu();
+  return c < 0 ? 0u : unsigned(c);
+#else
+  return 0;
+#endif
+}
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+bool thread_exit_init(void (*fn)(void*)) {
+  if (g_exit_key.load(std::memory_order_acquire) != 0) return true;
+  g_exit_fn.store(fn, std::memory_order_release);
+  pthread_key_t key;
+  if (pthread_key_create(&key, [](void* arg) { g_exit_fn.load(std::memory_order_acquire)(arg); }) != 0) return false;
+  unsigned expected = 0;
+  // Two threads may race here; the loser deletes its key. No lock is taken.
+  if (!g_exit_key.compare_exchange_strong(expected, unsigned(key) + 1, std::memory_order_acq_rel,
+                                          std::memory_order_acquire)) {
+    pthread_key_delete(key);
+  }
+  return true;
+}
+
+bool thread_exit_register(void* arg) {
+  unsigned k = g_exit_key.load(std::memory_order_acquire);
+  if (k == 0) return false;
+  return pthread_setspecific(pthread_key_t(k - 1), arg) == 0;
+}
+
+void write_stderr(const char* s, size_t n) { write_fd(2, s, n); }
+
+void write_fd(int fd, const char* s, size_t n) {
+  int saved = errno;
+  while (n > 0) {
+    ssize_t w = ::write(fd, s, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    s += w;
+    n -= size_t(w);
+  }
+  errno = saved;
+}
+
+[[noreturn]] void abort_process() { std::abort(); }
+
+const char* getenv(const char* name) { return ::getenv(name); }
+
+void set_errno_nomem() { errno = ENOMEM; }
+void set_errno_inval() { errno = EINVAL; }
+
+}  // namespace fw::os

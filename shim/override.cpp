@@ -1,0 +1,29 @@
+// shim/override.cpp: the C allocation functions, replaced. One forward each.
+// In libfreeway.so these interpose on the C library's (LD_PRELOAD or linking);
+// in libfreeway.a they replace them in the program that links it. All of them
+// are in this one object file so that a static link takes all or none.
+#include <cstddef>
+
+#include "freeway.h"
+
+#define FW_OVERRIDE extern "C" __attribute__((visibility("default"), used))
+
+FW_OVERRIDE void* malloc(size_t n) { return fw_malloc(n); }
+FW_OVERRIDE void free(void* p) { fw_free(p); }
+FW_OVERRIDE void* calloc(size_t c, size_t n) { return fw_calloc(c, n); }
+FW_OVERRIDE void* realloc(void* p, size_t n) { return fw_realloc(p, n); }
+FW_OVERRIDE void* reallocarray(void* p, size_t c, size_t n) { return fw_reallocarray(p, c, n); }
+FW_OVERRIDE int posix_memalign(void** out, size_t a, size_t n) { return fw_posix_memalign(out, a, n); }
+FW_OVERRIDE void* aligned_alloc(size_t a, size_t n) { return fw_aligned_alloc(a, n); }
+FW_OVERRIDE void* memalign(size_t a, size_t n) { return fw_memalign(a, n); }
+FW_OVERRIDE void* valloc(size_t n) { return fw_valloc(n); }
+FW_OVERRIDE void* pvalloc(size_t n) { return fw_pvalloc(n); }
+FW_OVERRIDE size_t malloc_usable_size(void* p) { return fw_usable_size(p); }
+FW_OVERRIDE void free_sized(void* p, size_t n) { fw_free_sized(p, n); }
+FW_OVERRIDE void free_aligned_sized(void* p, size_t a, size_t n) { fw_free_aligned_sized(p, a, n); }
+FW_OVERRIDE void cfree(void* p) { fw_free(p); }
+
+// Referenced by new.cpp so that a static link that needs only operator new
+// still brings in this file, and malloc and new never come from two heaps.
+extern "C" __attribute__((visibility("default"))) int freeway_override_anchor;
+int freeway_override_anchor = 1;
