@@ -6,7 +6,7 @@
 
 namespace fw {
 
-std::atomic<uint16_t> g_region_map[kRegionMapEntries];
+std::atomic<Span*> g_region_map[kRegionMapEntries];
 std::atomic<Span*> g_spans{nullptr};
 Region g_regions[kMaxRegions];
 
@@ -14,7 +14,6 @@ namespace {
 
 constexpr size_t kSliceBytes = size_t(kVspansPerRegion) * sizeof(Span);
 constexpr size_t kTableBytes = size_t(kMaxRegions) * kSliceBytes;
-static_assert(kMaxRegions < 65535, "region ids fit the 16-bit region map");
 
 std::atomic<uint32_t> g_region_next{0};       // ids below this have been handed out
 std::atomic<uint32_t> g_region_links[kMaxRegions];
@@ -56,7 +55,7 @@ bool region_publish(uint32_t r, uintptr_t base, uint64_t size, RegionKind kind) 
   reg.kind.store(kind, std::memory_order_relaxed);
   // release: whoever finds r in the map sees the slice and the region record.
   for (uint64_t off = 0; off < size; off += kRegionSize)
-    g_region_map[(base + off) >> kRegionShift].store(uint16_t(r + 1), std::memory_order_release);
+    g_region_map[(base + off) >> kRegionShift].store(slice, std::memory_order_release);
   g_reserved.fetch_add(size, std::memory_order_relaxed);
   return true;
 }
@@ -66,7 +65,7 @@ void region_unpublish(uint32_t r) {
   uintptr_t base = reg.base.load(std::memory_order_relaxed);
   uint64_t size = reg.size.load(std::memory_order_relaxed);
   for (uint64_t off = 0; off < size; off += kRegionSize)
-    g_region_map[(base + off) >> kRegionShift].store(0, std::memory_order_release);
+    g_region_map[(base + off) >> kRegionShift].store(nullptr, std::memory_order_release);
   reg.kind.store(kRegionUnused, std::memory_order_relaxed);
   g_reserved.fetch_sub(size, std::memory_order_relaxed);
 }
@@ -177,14 +176,15 @@ uint32_t arena_region_count() {
 bool arena_is_valid() {
   bool ok = true;
   for (size_t slot = 0; slot < kRegionMapEntries; slot++) {
-    uint32_t e = g_region_map[slot].load(std::memory_order_acquire);
-    if (e == 0) continue;
-    const Region& reg = g_regions[e - 1];
+    Span* e = g_region_map[slot].load(std::memory_order_acquire);
+    if (e == nullptr) continue;
+    uint32_t r = span_index(e) / kVspansPerRegion;
+    const Region& reg = g_regions[r];
     uintptr_t base = reg.base.load(std::memory_order_relaxed);
     uint64_t size = reg.size.load(std::memory_order_relaxed);
     uintptr_t addr = uintptr_t(slot) << kRegionShift;
     if (reg.kind.load(std::memory_order_relaxed) == kRegionUnused)
-      ok = report_invariant("arena: map names an unused region", e - 1);
+      ok = report_invariant("arena: map names an unused region", r);
     else if (addr < base || addr >= base + size)
       ok = report_invariant("arena: map entry outside its region", slot);
   }

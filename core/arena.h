@@ -6,14 +6,16 @@
 // a multiple of kRegionSize.
 //
 // Every region has an id r < kMaxRegions. Two tables make lookups O(1):
-//   region map   g_region_map[address >> kRegionShift] = r + 1 (0: not freeway's)
 //   descriptors  g_spans[r * kVspansPerRegion + v] describes virtual span v of r
-// so the descriptor of any block is two loads away, and whether a pointer is
-// freeway's is one load. The descriptor table is one reservation, committed a
+//   region map   g_region_map[address >> kRegionShift] = &g_spans[r * kVspansPerRegion]
+//                (the region's slice of descriptors; nullptr: not freeway's)
+// so the descriptor of any block is one load and an add away, and whether a
+// pointer is freeway's is that one load. The descriptor table is one reservation, committed a
 // region's slice at a time, so it can later be placed in a shared mapping.
 //
 // Invariants (arena_is_valid):
-//   map entry e != 0  =>  region e-1 is in use and covers that address slot;
+//   map entry e != nullptr  =>  e is the slice of a region in use that covers
+//   that address slot;
 //   an arena region's next_vspan <= kVspansPerRegion; vspans below it have been
 //   handed out (they are in use, pooled or cached), those above never were.
 #pragma once
@@ -36,7 +38,7 @@ struct Region {
   std::atomic<uint32_t> next_vspan;  // arena: bump index of the first vspan never handed out
 };
 
-extern std::atomic<uint16_t> g_region_map[kRegionMapEntries];
+extern std::atomic<Span*> g_region_map[kRegionMapEntries];
 extern std::atomic<Span*> g_spans;
 extern Region g_regions[kMaxRegions];
 
@@ -44,16 +46,25 @@ extern Region g_regions[kMaxRegions];
 // refused the reservation.
 bool arena_init();
 
-// Descriptor of the virtual span holding p, or nullptr if p is not in freeway's
-// memory. One shift, one load, one add.
-FW_INLINE Span* span_of(const void* p) {
+// The descriptor slice of the region holding p, or nullptr if p is not in
+// freeway's memory: a bounds check and one load.
+FW_INLINE Span* region_slice_of(const void* p) {
   uintptr_t a = reinterpret_cast<uintptr_t>(p);
   size_t slot = a >> kRegionShift;
   if (FW_UNLIKELY(slot >= kRegionMapEntries)) return nullptr;
-  uint32_t r = g_region_map[slot].load(std::memory_order_relaxed);
-  if (FW_UNLIKELY(r == 0)) return nullptr;
-  return g_spans.load(std::memory_order_relaxed) + size_t(r - 1) * kVspansPerRegion +
-         ((a >> kVspanShift) & (kVspansPerRegion - 1));
+  return g_region_map[slot].load(std::memory_order_relaxed);
+}
+// Descriptor of the virtual span holding p within its region's slice.
+FW_INLINE Span* span_in_slice(Span* slice, const void* p) {
+  return reinterpret_cast<Span*>(reinterpret_cast<uintptr_t>(slice) +
+                                 ((reinterpret_cast<uintptr_t>(p) >> (kVspanShift - 6)) &
+                                  (uintptr_t(kVspansPerRegion - 1) << 6)));
+}
+static_assert(sizeof(Span) == 64, "span_in_slice scales by 64");
+// Descriptor of the virtual span holding p, or nullptr if p is not freeway's.
+FW_INLINE Span* span_of(const void* p) {
+  Span* slice = region_slice_of(p);
+  return FW_LIKELY(slice != nullptr) ? span_in_slice(slice, p) : nullptr;
 }
 
 FW_INLINE uint32_t span_index(const Span* s) {

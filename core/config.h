@@ -11,6 +11,15 @@
 #define FW_COLD __attribute__((noinline, cold))
 #define FW_EXPORT __attribute__((visibility("default")))
 
+// ThreadSanitizer builds (GCC defines the first, Clang answers the second).
+#if defined(__SANITIZE_THREAD__)
+#define FW_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define FW_TSAN 1
+#endif
+#endif
+
 namespace fw {
 
 // Virtual spans (scalloc §3.2): the arena is cut into aligned virtual spans of

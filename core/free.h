@@ -22,8 +22,10 @@ FW_INLINE void free_block(void* p) {
   Lab* lab = tls_lab;
   tls_lab = &g_lab_busy;
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  Span* d = span_of(p);
-  if (FW_UNLIKELY(d == nullptr || d->owner.load(std::memory_order_relaxed) != lab)) return free_slow(lab, p, d);
+  Span* slice = region_slice_of(p);
+  if (FW_UNLIKELY(slice == nullptr)) return free_slow(lab, p, nullptr);
+  Span* d = span_in_slice(slice, p);
+  if (FW_UNLIKELY(d->owner.load(std::memory_order_relaxed) != lab)) return free_slow(lab, p, d);
   unsigned c = d->cls.load(std::memory_order_relaxed);
   *static_cast<void**>(p) = lab->free[c];
   lab->free[c] = p;

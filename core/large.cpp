@@ -70,6 +70,7 @@ void* large_alloc(size_t size, size_t align, bool zero) {
   size_t extra = align > kVspanSize ? align - kVspanSize : 0;
   size_t total = size + extra;
   if (total < size || size > (size_t(1) << 47)) return nullptr;
+  if (!arena_init()) return nullptr;  // this may be the process's first allocation
   if (total > kLargeMax) return huge_alloc(size, align, zero);
   uint32_t n = uint32_t((total + kVspanSize - 1) >> kVspanShift);
   Span* head = pool_take_run(n);

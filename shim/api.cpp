@@ -20,7 +20,7 @@ size_t page() { return fw::os::page_size(); }
 
 extern "C" {
 
-FW_API void* fw_malloc(size_t size) { return fw::fw_alloc(size); }
+FW_API void* fw_malloc(size_t size) { return fw::alloc_small(size); }
 FW_API void* fw_calloc(size_t count, size_t size) { return fw::fw_alloc_zeroed(count, size); }
 FW_API void* fw_realloc(void* p, size_t size) { return fw::fw_realloc_impl(p, size); }
 FW_API void fw_free(void* p) { fw::free_block(p); }

@@ -4,14 +4,16 @@
 // are in this one object file so that a static link takes all or none.
 #include <cstddef>
 
+#include "core/alloc.h"
+#include "core/free.h"
 #include "freeway.h"
 
 #define FW_OVERRIDE extern "C" __attribute__((visibility("default"), used))
 
-FW_OVERRIDE void* malloc(size_t n) { return fw_malloc(n); }
-FW_OVERRIDE void free(void* p) { fw_free(p); }
-FW_OVERRIDE void* calloc(size_t c, size_t n) { return fw_calloc(c, n); }
-FW_OVERRIDE void* realloc(void* p, size_t n) { return fw_realloc(p, n); }
+FW_OVERRIDE void* malloc(size_t n) { return fw::alloc_small(n); }
+FW_OVERRIDE void free(void* p) { fw::free_block(p); }
+FW_OVERRIDE void* calloc(size_t c, size_t n) { return fw::fw_alloc_zeroed(c, n); }
+FW_OVERRIDE void* realloc(void* p, size_t n) { return fw::fw_realloc_impl(p, n); }
 FW_OVERRIDE void* reallocarray(void* p, size_t c, size_t n) { return fw_reallocarray(p, c, n); }
 FW_OVERRIDE int posix_memalign(void** out, size_t a, size_t n) { return fw_posix_memalign(out, a, n); }
 FW_OVERRIDE void* aligned_alloc(size_t a, size_t n) { return fw_aligned_alloc(a, n); }

@@ -1,0 +1,99 @@
+// Thread caches (LABs): binding, local reuse, reentrancy, thread exit and adoption.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "core/alloc.h"
+#include "core/arena.h"
+#include "core/free.h"
+#include "core/lab.h"
+#include "freeway.h"
+
+using namespace fw;
+
+TEST_CASE("a thread's first call binds a LAB through the EMPTY placeholder") {
+  std::thread([] {
+    CHECK(tls_lab == &g_lab_empty);
+    void* p = fw_malloc(40);
+    REQUIRE(p != nullptr);
+    Lab* lab = tls_lab;
+    CHECK(lab != &g_lab_empty);
+    CHECK(lab != &g_lab_busy);
+    CHECK(lab->kind.load() == kLabThread);
+    CHECK(span_of(p)->owner.load() == lab);
+    fw_free(p);
+    CHECK(tls_lab == lab);  // later calls keep it
+  }).join();
+}
+
+TEST_CASE("a block freed by its owner is the next one handed out") {
+  void* a = fw_malloc(100);
+  fw_free(a);
+  void* b = fw_malloc(100);
+  CHECK(a == b);
+  fw_free(b);
+}
+
+TEST_CASE("a call made while the thread is inside malloc is served by a transient LAB") {
+  void* warm = fw_malloc(64);  // bind this thread's LAB
+  Lab* mine = tls_lab;
+  // Pretend a signal handler runs in the middle of malloc: tls_lab is BUSY.
+  tls_lab = &g_lab_busy;
+  void* p = fw_malloc(64);
+  REQUIRE(p != nullptr);
+  CHECK(tls_lab == &g_lab_busy);  // restored to what the interrupted call had
+  Lab* owner = span_of(p)->owner.load();
+  CHECK(owner != mine);           // the interrupted LAB was not touched
+  CHECK(owner->kind.load() != kLabThread);
+  fw_free(p);                     // a free while BUSY works too
+  fw_free(warm);                  // and so does freeing a block of the interrupted LAB
+  CHECK(tls_lab == &g_lab_busy);
+  tls_lab = mine;
+  CHECK(fw_check_heap() == 0);
+}
+
+TEST_CASE("thread exit releases the hot spans and other threads adopt them") {
+  std::vector<void*> kept;
+  std::thread([&] {
+    for (int i = 0; i < 5000; i++) kept.push_back(fw_malloc(200));
+  }).join();
+  // The exited thread's spans are no longer hot: they are FULL or PARTIAL.
+  for (void* p : kept) {
+    uint32_t st = Anchor::unpack(span_of(p)->anchor.load()).state;
+    CHECK((st == kFull || st == kPartial));
+  }
+  CHECK(fw_check_heap() == 0);
+  // Free half remotely; the spans become reusable, and a new thread reuses them.
+  for (size_t i = 0; i < kept.size(); i += 2) fw_free(kept[i]);
+  fw_stats_t before;
+  fw_stats(&before);
+  std::thread([&] {
+    std::vector<void*> mine;
+    for (int i = 0; i < 2500; i++) mine.push_back(fw_malloc(200));
+    fw_stats_t during;
+    fw_stats(&during);
+    CHECK(during.committed_bytes <= before.committed_bytes);  // no new span needed
+    for (void* p : mine) fw_free(p);
+  }).join();
+  for (size_t i = 1; i < kept.size(); i += 2) fw_free(kept[i]);
+  CHECK(fw_check_heap() == 0);
+}
+
+TEST_CASE("a thread's LAB goes back to the idle stack at exit and is reused by the next thread") {
+  Lab* first = nullptr;
+  Lab* second = nullptr;
+  std::thread([&] {
+    fw_free(fw_malloc(10));
+    first = tls_lab;
+  }).join();
+  std::thread([&] {
+    fw_free(fw_malloc(10));
+    second = tls_lab;
+  }).join();
+  CHECK(first == second);
+  fw_stats_t s;
+  fw_stats(&s);
+  CHECK(s.threads_created >= 2);
+}

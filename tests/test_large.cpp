@@ -1,0 +1,98 @@
+// Large and huge objects: runs of virtual spans and regions of their own.
+#include <doctest/doctest.h>
+
+#include <initializer_list>
+
+#include <cstring>
+
+#include "core/arena.h"
+#include "core/large.h"
+#include "core/span_pool.h"
+#include "freeway.h"
+
+using namespace fw;
+
+TEST_CASE("a large block is validated from its descriptor in O(1) and freed back to the pool") {
+  size_t n = 3 * kVspanSize + 100;
+  char* p = static_cast<char*>(fw_malloc(n));
+  REQUIRE(p != nullptr);
+  Span* d = span_of(p);
+  REQUIRE(d != nullptr);
+  CHECK(Anchor::unpack(d->anchor.load()).state == kLarge);
+  // A pointer into a later span of the run leads to the head.
+  Span* tail = span_of(p + 2 * kVspanSize);
+  CHECK(Anchor::unpack(tail->anchor.load()).state == kLargeTail);
+  CHECK(span_at(tail->run_len.load()) == d);
+  CHECK(fw_usable_size(p) >= n);
+  std::memset(p, 0xab, n);
+  fw_free(p);
+  CHECK(Anchor::unpack(d->anchor.load()).state == kFree);
+  CHECK(Anchor::unpack(tail->anchor.load()).state == kFree);
+  CHECK(pool_is_valid());
+}
+
+TEST_CASE("large alignments from 32 bytes to 64 MiB are honoured") {
+  for (size_t align = 32; align <= (size_t(64) << 20); align *= 2) {
+    for (size_t n : {kSmallMax + 1, size_t(1) << 20, align + 7}) {
+      void* p = fw_malloc_aligned(align, n);
+      REQUIRE(p != nullptr);
+      CHECK(reinterpret_cast<uintptr_t>(p) % align == 0);
+      CHECK(fw_usable_size(p) >= n);
+      static_cast<char*>(p)[n - 1] = 1;
+      fw_free(p);
+    }
+  }
+}
+
+TEST_CASE("a freed large run is reused for the next large block of that length") {
+  void* a = fw_malloc(2 * kVspanSize);
+  REQUIRE(a != nullptr);
+  fw_free(a);
+  void* b = fw_malloc(2 * kVspanSize);
+  CHECK(b == a);
+  fw_free(b);
+}
+
+TEST_CASE("large calloc reads zero after the run held dirty data") {
+  size_t n = 2 * kVspanSize + 4096;
+  char* p = static_cast<char*>(fw_malloc(n));
+  REQUIRE(p != nullptr);
+  std::memset(p, 0x5a, n);
+  fw_free(p);
+  char* q = static_cast<char*>(fw_calloc(1, n));
+  REQUIRE(q != nullptr);
+  bool zero = true;
+  for (size_t i = 0; i < n; i++) zero &= q[i] == 0;
+  CHECK(zero);
+  fw_free(q);
+}
+
+TEST_CASE("a huge block has a region of its own that is unmapped when freed") {
+  size_t n = kLargeMax + 12345;
+  char* p = static_cast<char*>(fw_malloc(n));
+  REQUIRE(p != nullptr);
+  CHECK(fw_owns(p));
+  CHECK(reinterpret_cast<uintptr_t>(p) % kRegionSize == 0);
+  p[0] = 1;
+  p[n - 1] = 2;
+  CHECK(fw_usable_size(p) >= n);
+  uint64_t reserved = arena_reserved_bytes();
+  fw_free(p);
+  CHECK_FALSE(fw_owns(p));
+  CHECK(arena_reserved_bytes() < reserved);
+  CHECK(arena_is_valid());
+}
+
+TEST_CASE("realloc grows a large block in place when its run has room") {
+  char* p = static_cast<char*>(fw_malloc(kSmallMax + 1000));
+  REQUIRE(p != nullptr);
+  std::memset(p, 7, kSmallMax + 1000);
+  char* q = static_cast<char*>(fw_realloc(p, 900 * 1024));  // still within one 1 MiB span
+  CHECK(q == p);
+  CHECK(q[kSmallMax + 999] == 7);
+  char* r = static_cast<char*>(fw_realloc(q, 5 * kVspanSize));  // needs a bigger run: moves
+  REQUIRE(r != nullptr);
+  CHECK(r[0] == 7);
+  CHECK(r[kSmallMax + 999] == 7);
+  fw_free(r);
+}

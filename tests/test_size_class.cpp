@@ -1,0 +1,63 @@
+// Size classes: mapping, waste bound, alignment.
+#include <doctest/doctest.h>
+
+#include <initializer_list>
+
+#include "core/size_class.h"
+
+using namespace fw;
+
+TEST_CASE("size_class_is_valid holds for the built-in table") { CHECK(size_class_is_valid()); }
+
+TEST_CASE("every size up to 128 KiB maps to the smallest class that holds it") {
+  for (size_t n = 1; n <= kSmallMax; n++) {
+    unsigned c = class_of(n);
+    REQUIRE(c < kClassCount);
+    REQUIRE(class_block_size(c) >= n);
+    if (c > 0) REQUIRE(class_block_size(c - 1) < n);
+  }
+  CHECK(class_of(0) == 0);
+}
+
+TEST_CASE("internal fragmentation is at most 25 percent from 64 bytes up") {
+  double worst = 0;
+  for (size_t n = 64; n <= kSmallMax; n++) {
+    double waste = double(class_block_size(class_of(n)) - n) / double(n);
+    if (waste > worst) worst = waste;
+  }
+  CHECK(worst <= 0.25);
+}
+
+TEST_CASE("classes step by 16 bytes below 128 and four per doubling above") {
+  for (unsigned c = 0; c < 8; c++) CHECK(class_block_size(c) == 16 * (c + 1));
+  for (size_t b = 128; b < kSmallMax; b *= 2) {
+    unsigned in_doubling = 0;
+    for (unsigned c = 0; c < kClassCount; c++)
+      if (class_block_size(c) > b && class_block_size(c) <= 2 * b) in_doubling++;
+    CHECK(in_doubling == 4);
+  }
+}
+
+TEST_CASE("every span holds at least 8 blocks and fits its virtual span") {
+  for (unsigned c = 0; c < kClassCount; c++) {
+    CHECK(class_info(c).capacity >= 8);
+    CHECK(class_info(c).span_bytes <= kVspanSize);
+    CHECK(class_info(c).capacity == class_info(c).span_bytes / class_info(c).block_size);
+  }
+}
+
+TEST_CASE("aligned class lookup gives block sizes that are multiples of the alignment") {
+  for (size_t align = 16; align <= kSmallMax; align *= 2) {
+    for (size_t n : {size_t(1), align - 1, align, align + 1, 3 * align}) {
+      unsigned c = class_of_aligned(n, align);
+      if (n > kSmallMax) {
+        CHECK(c == kClassCount);
+        continue;
+      }
+      if (c == kClassCount) continue;  // no class: the caller uses a large block
+      CHECK(class_block_size(c) % align == 0);
+      CHECK(class_block_size(c) >= n);
+    }
+  }
+  CHECK(class_of_aligned(kSmallMax + 1, 16) == kClassCount);
+}

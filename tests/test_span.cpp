@@ -1,0 +1,212 @@
+// Span descriptors: the anchor word and every state transition of a small span.
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "core/arena.h"
+#include "core/lab.h"
+#include "core/reusable.h"
+#include "core/size_class.h"
+#include "core/span.h"
+#include "core/span_pool.h"
+
+using namespace fw;
+
+namespace {
+
+Lab g_owner;  // a LAB stand-in: the transitions only compare owner pointers
+
+Anchor anchor_of(const Span* s) { return Anchor::unpack(s->anchor.load()); }
+
+// A hot span of class c with every block carved; returns the blocks in order.
+std::vector<void*> hot_span_all_carved(Span*& s, unsigned c) {
+  REQUIRE(arena_init());
+  s = pool_take_span();
+  REQUIRE(s != nullptr);
+  REQUIRE(span_make_hot(s, c, &g_owner));
+  std::vector<void*> blocks;
+  for (void* list = span_carve(s); list != nullptr; list = span_carve(s))
+    for (void* b = list; b != nullptr; b = *static_cast<void**>(b)) blocks.push_back(b);
+  return blocks;
+}
+
+}  // namespace
+
+TEST_CASE("anchor packs and unpacks every field") {
+  Anchor a{65536, 65536, kPartial, true, (1u << 26) - 1};
+  Anchor b = Anchor::unpack(a.pack());
+  CHECK(b.head == a.head);
+  CHECK(b.count == a.count);
+  CHECK(b.state == a.state);
+  CHECK(b.linked == a.linked);
+  CHECK(b.tag == a.tag);
+  Anchor z = Anchor::unpack(Anchor{0, 0, kFree, false, 0}.pack());
+  CHECK(z.head == 0);
+  CHECK(z.linked == false);
+  // The tag wraps within its 26 bits without touching the other fields.
+  Anchor w = Anchor::unpack(Anchor{5, 7, kHot, false, 1u << 26}.pack());
+  CHECK(w.tag == 0);
+  CHECK(w.head == 5);
+  CHECK(w.state == kHot);
+}
+
+TEST_CASE("a span taken from the pool becomes HOT for its owner and carves every block once") {
+  Span* s;
+  unsigned c = class_of(48);
+  auto blocks = hot_span_all_carved(s, c);
+  CHECK(anchor_of(s).state == kHot);
+  CHECK(s->owner.load() == &g_owner);
+  CHECK(blocks.size() == class_info(c).capacity);
+  uintptr_t base = span_base(s);
+  for (size_t i = 0; i < blocks.size(); i++)
+    CHECK(reinterpret_cast<uintptr_t>(blocks[i]) == base + i * class_block_size(c));
+  CHECK(span_is_valid(s));
+  span_release(s, nullptr);
+}
+
+TEST_CASE("remote frees to a hot span are collected by the owner in one step") {
+  Span* s;
+  auto blocks = hot_span_all_carved(s, class_of(64));
+  for (int i = 0; i < 10; i++) span_free_remote(s, blocks[i]);
+  CHECK(anchor_of(s).count == 10);
+  CHECK(anchor_of(s).state == kHot);
+  int n = 0;
+  for (void* b = span_collect(s); b != nullptr; b = *static_cast<void**>(b)) n++;
+  CHECK(n == 10);
+  CHECK(anchor_of(s).count == 0);
+  CHECK(span_collect(s) == nullptr);
+  span_release(s, nullptr);
+}
+
+TEST_CASE("an exhausted span floats as FULL, becomes PARTIAL at the reuse threshold, and FREE with its last block") {
+  Span* s;
+  unsigned c = class_of(256);
+  auto blocks = hot_span_all_carved(s, c);
+  REQUIRE(span_float(s, &g_owner));
+  CHECK(anchor_of(s).state == kFull);
+  CHECK(s->owner.load() == nullptr);
+  uint32_t threshold = reuse_threshold(uint32_t(blocks.size()));
+  size_t i = 0;
+  for (; i + 1 < threshold; i++) span_free_remote(s, blocks[i]);
+  CHECK(anchor_of(s).state == kFull);
+  CHECK(span_is_valid(s));
+  span_free_remote(s, blocks[i++]);
+  CHECK(anchor_of(s).state == kPartial);
+  CHECK(anchor_of(s).linked);
+  CHECK(span_is_valid(s));
+  for (; i + 1 < blocks.size(); i++) span_free_remote(s, blocks[i]);
+  CHECK(anchor_of(s).state == kPartial);
+  span_free_remote(s, blocks[i]);  // the last block in use: back to the pool at once
+  CHECK(anchor_of(s).state == kFree);
+  CHECK(anchor_of(s).linked);  // lazily removed from the reusable stack
+  // Popping the stale link drops it and clears `linked`.
+  Span* popped = reusable_pop(c);
+  REQUIRE(popped == s);
+  void* list = nullptr;
+  CHECK_FALSE(span_claim_reusable(popped, c, &g_owner, &list));
+  CHECK_FALSE(anchor_of(s).linked);
+}
+
+TEST_CASE("a PARTIAL span is claimed from the reusable stack with its free list") {
+  Span* s;
+  unsigned c = class_of(512);
+  auto blocks = hot_span_all_carved(s, c);
+  REQUIRE(span_float(s, &g_owner));
+  uint32_t threshold = reuse_threshold(uint32_t(blocks.size()));
+  for (uint32_t i = 0; i < threshold; i++) span_free_remote(s, blocks[i]);
+  REQUIRE(anchor_of(s).state == kPartial);
+  Lab other;
+  Span* popped = reusable_pop(c);
+  REQUIRE(popped == s);
+  void* list = nullptr;
+  REQUIRE(span_claim_reusable(popped, c, &other, &list));
+  CHECK(anchor_of(s).state == kHot);
+  CHECK_FALSE(anchor_of(s).linked);
+  CHECK(s->owner.load() == &other);
+  uint32_t n = 0;
+  for (void* b = list; b != nullptr; b = *static_cast<void**>(b)) n++;
+  CHECK(n == threshold);
+  // Give everything back: the span is empty, so release returns it to the pool.
+  for (uint32_t i = threshold; i < blocks.size(); i++) span_free_remote(s, blocks[i]);
+  span_release(s, list);
+  CHECK(anchor_of(s).state == kFree);
+}
+
+TEST_CASE("a span recycled into another class while linked is moved to its class's stack on pop") {
+  Span* s;
+  unsigned a = class_of(1024), b = class_of(96);
+  auto blocks = hot_span_all_carved(s, a);
+  REQUIRE(span_float(s, &g_owner));
+  for (void* p : blocks) span_free_remote(s, p);  // PARTIAL (linked in a), then FREE
+  REQUIRE(anchor_of(s).state == kFree);
+  REQUIRE(anchor_of(s).linked);
+  // The pool hands the same span out for class b (pool is LIFO on this CPU).
+  Span* again = nullptr;
+  std::vector<Span*> others;
+  while ((again = pool_take_span()) != s) {
+    REQUIRE(again != nullptr);
+    others.push_back(again);
+  }
+  for (Span* o : others) pool_give(o, 1);
+  REQUIRE(span_make_hot(s, b, &g_owner));
+  auto blocks_b = [&] {
+    std::vector<void*> v;
+    for (void* l = span_carve(s); l; l = span_carve(s))
+      for (void* x = l; x; x = *static_cast<void**>(x)) v.push_back(x);
+    return v;
+  }();
+  REQUIRE(span_float(s, &g_owner));
+  uint32_t threshold = reuse_threshold(uint32_t(blocks_b.size()));
+  for (uint32_t i = 0; i < threshold; i++) span_free_remote(s, blocks_b[i]);
+  REQUIRE(anchor_of(s).state == kPartial);  // still linked in a's stack: not pushed again
+  CHECK(reusable_pop(b) != s);
+  Span* popped = reusable_pop(a);
+  REQUIRE(popped == s);
+  void* list = nullptr;
+  CHECK_FALSE(span_claim_reusable(popped, a, &g_owner, &list));  // moved to b
+  Span* in_b = reusable_pop(b);
+  REQUIRE(in_b == s);
+  REQUIRE(span_claim_reusable(in_b, b, &g_owner, &list));
+  for (uint32_t i = threshold; i < blocks_b.size(); i++) span_free_remote(s, blocks_b[i]);
+  span_release(s, list);
+  CHECK(anchor_of(s).state == kFree);
+}
+
+TEST_CASE("releasing a hot span settles it by its free count") {
+  unsigned c = class_of(128);
+  SUBCASE("nothing in use: FREE") {
+    Span* s;
+    auto blocks = hot_span_all_carved(s, c);
+    for (void* p : blocks) span_free_remote(s, p);
+    span_release(s, nullptr);
+    CHECK(anchor_of(s).state == kFree);
+  }
+  SUBCASE("almost all in use: FULL") {
+    Span* s;
+    auto blocks = hot_span_all_carved(s, c);
+    *static_cast<void**>(blocks[0]) = nullptr;
+    span_release(s, blocks[0]);  // one block on the owner-side list
+    CHECK(anchor_of(s).state == kFull);
+    CHECK(anchor_of(s).count == 1);
+    CHECK(span_is_valid(s));
+    for (size_t i = 1; i < blocks.size(); i++) span_free_remote(s, blocks[i]);
+    CHECK(anchor_of(s).state == kFree);
+  }
+  SUBCASE("mostly uncarved: PARTIAL") {
+    REQUIRE(arena_init());
+    Span* s = pool_take_span();
+    REQUIRE(span_make_hot(s, c, &g_owner));
+    void* list = span_carve(s);  // a first batch; the rest stays uncarved
+    void* first = list;
+    list = *static_cast<void**>(list);
+    span_release(s, list);  // all but `first` back
+    CHECK(anchor_of(s).state == kPartial);
+    CHECK(span_is_valid(s));
+    span_free_remote(s, first);
+    CHECK(anchor_of(s).state == kFree);
+    void* l = nullptr;
+    Span* popped = reusable_pop(c);
+    REQUIRE(popped == s);
+    CHECK_FALSE(span_claim_reusable(popped, c, &g_owner, &l));
+  }
+}

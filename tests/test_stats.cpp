@@ -1,0 +1,62 @@
+// Statistics: live bytes, per-class counts, committed bytes, the block equation.
+#include <doctest/doctest.h>
+
+#include <thread>
+#include <vector>
+
+#include "freeway.h"
+
+TEST_CASE("live bytes follow allocations and frees") {
+  fw_stats_t a, b, c;
+  fw_stats(&a);
+  std::vector<void*> v;
+  for (int i = 0; i < 1000; i++) v.push_back(fw_malloc(1000));
+  fw_stats(&b);
+  CHECK(b.live_bytes >= a.live_bytes + 1000 * 1000);
+  CHECK(b.peak_live_bytes >= b.live_bytes);
+  for (void* p : v) fw_free(p);
+  fw_stats(&c);
+  CHECK(c.live_bytes == a.live_bytes);
+  CHECK(c.peak_live_bytes >= b.live_bytes);
+}
+
+TEST_CASE("per-class counters count every allocation and free of that class") {
+  fw_stats_t a, b;
+  fw_stats(&a);
+  unsigned cls = 0;
+  while (a.classes[cls].block_size < 300) cls++;
+  for (int i = 0; i < 77; i++) fw_free(fw_malloc(300));
+  fw_stats(&b);
+  CHECK(b.classes[cls].allocs - a.classes[cls].allocs == 77);
+  CHECK(b.classes[cls].frees - a.classes[cls].frees == 77);
+}
+
+TEST_CASE("large blocks count in live and large figures") {
+  fw_stats_t a, b, c;
+  fw_stats(&a);
+  void* p = fw_malloc(10 << 20);
+  fw_stats(&b);
+  CHECK(b.large_live_bytes >= a.large_live_bytes + (10 << 20));
+  CHECK(b.large_allocs == a.large_allocs + 1);
+  CHECK(b.committed_bytes >= a.committed_bytes);
+  CHECK(b.reserved_bytes >= b.committed_bytes);
+  fw_free(p);
+  fw_stats(&c);
+  CHECK(c.large_live_bytes == a.large_live_bytes);
+  CHECK(c.large_frees == a.large_frees + 1);
+}
+
+TEST_CASE("the block equation holds after a mixed multithreaded workload") {
+  std::vector<void*> handoff(4000);
+  std::thread producer([&] {
+    for (size_t i = 0; i < handoff.size(); i++) handoff[i] = fw_malloc(16 + (i * 37) % 3000);
+  });
+  producer.join();
+  std::thread consumer([&] {
+    for (size_t i = 0; i < handoff.size(); i += 2) fw_free(handoff[i]);
+  });
+  consumer.join();
+  CHECK(fw_check_heap() == 0);
+  for (size_t i = 1; i < handoff.size(); i += 2) fw_free(handoff[i]);
+  CHECK(fw_check_heap() == 0);
+}
