@@ -1,6 +1,7 @@
-// Multithreaded stress with malloc replaced: random sizes, blocks handed between
-// threads through shared slots (so most frees are remote), every block's
-// contents checked before it is freed, and the heap invariants checked at the end.
+// Multithreaded stress through the fw_* API (so it also runs under ASan and
+// TSan, whose runtimes own malloc): random sizes, blocks handed between threads
+// through shared slots (so most frees are remote), every block's contents
+// checked before it is freed, and the heap invariants checked at the end.
 // Deterministic: each thread's choices come from its own seeded generator.
 #include <doctest/doctest.h>
 
@@ -87,17 +88,17 @@ void run(int threads, int ops, size_t slots) {
         if (old == kBusy) continue;  // another thread is using this slot
         if (old != nullptr) {
           if (!verify(old, s.n.load(std::memory_order_relaxed), s.tag.load(std::memory_order_relaxed))) errors++;
-          free(old);
+          fw_free(old);
         }
         void* p = nullptr;
         size_t n = pick_size(r);
         if (r.next() % 4 != 0) {
           uint64_t tag = r.next();
           switch (r.next() % 4) {
-            case 0: p = malloc(n); break;
-            case 1: p = calloc(1, n); if (p && n && static_cast<char*>(p)[n - 1] != 0) errors++; break;
-            case 2: p = aligned_alloc(64, n); if (reinterpret_cast<uintptr_t>(p) % 64) errors++; break;
-            default: p = realloc(malloc(8), n); break;
+            case 0: p = fw_malloc(n); break;
+            case 1: p = fw_calloc(1, n); if (p && n && static_cast<char*>(p)[n - 1] != 0) errors++; break;
+            case 2: p = fw_aligned_alloc(64, n); if (reinterpret_cast<uintptr_t>(p) % 64) errors++; break;
+            default: p = fw_realloc(fw_malloc(8), n); break;
           }
           if (p == nullptr && n != 0) errors++;
           if (p) fill(p, n, tag);
@@ -113,7 +114,7 @@ void run(int threads, int ops, size_t slots) {
     void* p = s.p.load();
     if (p) {
       if (!verify(p, s.n.load(), s.tag.load())) errors++;
-      free(p);
+      fw_free(p);
     }
   }
   CHECK(errors.load() == 0);
