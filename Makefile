@@ -11,7 +11,7 @@ PKGS_TEST  := $(PKGS_BUILD) doctest-dev libspdlog-dev libmimalloc-dev python3 co
 PKGS_BENCH := $(PKGS_BUILD) python3 python3-matplotlib libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 time
 PKGS_SAN   := $(PKGS_TEST) clang libclang-rt-14-dev
 
-.PHONY: all build test demo install bench bench-quick test-sanitize clean deps-build deps-test deps-bench deps-san
+.PHONY: all build test demo install bench bench-quick test-sanitize soak fuzz clean deps-build deps-test deps-bench deps-san
 
 all: build
 
@@ -46,6 +46,15 @@ bench-quick: deps-bench build
 
 test-sanitize: deps-san
 	tools/sanitize-tests
+
+# Long versions of the reliability tests (minutes), and the fuzzer.
+SOAK_SECONDS ?= 300
+FUZZ_SECONDS ?= 300
+soak: deps-test
+	SOAK_SECONDS=$(SOAK_SECONDS) tools/soak
+
+fuzz: deps-san
+	FUZZ_SECONDS=$(FUZZ_SECONDS) tools/fuzz
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan
