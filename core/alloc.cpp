@@ -6,6 +6,7 @@
 #include "core/free.h"
 #include "core/large.h"
 #include "core/report.h"
+#include "core/secure.h"
 #include "platform/os.h"
 
 namespace fw {
@@ -110,6 +111,7 @@ void* fw_realloc_impl(void* p, size_t n) {
   uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
   size_t old;
   if (state == kHot || state == kFull || state == kPartial) {
+    span_check_free(d, p);  // a freed block (its canary) or a bad pointer stops here
     old = d->block_size.load(std::memory_order_relaxed);
     // Keep the block when it fits and is not more than twice too big.
     if (n <= old && (n >= old / 2 || old <= 64)) return p;

@@ -2,9 +2,10 @@
 //
 // The fast path (alloc_small) is what almost every malloc runs:
 //   load tls_lab; store BUSY to tls_lab; class table load; load free[c];
-//   test; load next; store free[c]; bump allocs[c]; store tls_lab back.
-// Budget: 16 instructions on x86-64 for malloc(n <= 1024) including the call
-// overhead (see docs/design.md for the measured count). Everything else is in
+//   test; load next (decode); store free[c]; clear the block's free canary;
+//   bump allocs[c]; store tls_lab back.
+// Budget: 24 instructions on x86-64 for malloc(n <= 1024), call and return
+// included (docs/design.md has the measured count). Everything else is in
 // alloc.cpp and never inlined.
 #pragma once
 #include <atomic>
@@ -12,6 +13,7 @@
 
 #include "core/config.h"
 #include "core/lab.h"
+#include "core/secure.h"
 #include "core/size_class.h"
 
 namespace fw {
@@ -26,7 +28,8 @@ FW_INLINE void* alloc_class(unsigned c) {
   std::atomic_signal_fence(std::memory_order_seq_cst);  // BUSY is set before the LAB is touched
   void* p = lab->free[c];
   if (FW_UNLIKELY(p == nullptr)) return malloc_slow(lab, c);
-  lab->free[c] = *static_cast<void**>(p);
+  lab->free[c] = block_next(p);
+  clear_canary(p);
   lab_count(lab->allocs[c]);
   std::atomic_signal_fence(std::memory_order_seq_cst);  // the LAB is consistent before BUSY is cleared
   tls_lab = lab;

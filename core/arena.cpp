@@ -2,6 +2,7 @@
 #include "core/arena.h"
 
 #include "core/report.h"
+#include "core/secure.h"
 #include "platform/os.h"
 
 namespace fw {
@@ -92,6 +93,7 @@ uint32_t region_new_arena() {
 
 bool arena_init() {
   if (g_spans.load(std::memory_order_acquire) != nullptr) return true;
+  secure_init();  // keys first: no block exists before the table does
   void* t = os::reserve_aligned(kTableBytes, os::page_size());
   if (t == nullptr) return false;
   Span* expected = nullptr;

@@ -8,6 +8,7 @@
 #include "core/arena.h"
 #include "core/lab.h"
 #include "core/report.h"
+#include "core/secure.h"
 #include "core/size_class.h"
 #include "core/span_pool.h"
 #include "core/stats.h"
@@ -24,7 +25,7 @@ int check_heap() {
     if (!lab_is_valid(lab)) bad++;
     for (unsigned c = 0; c < kClassCount; c++) {
       uint64_t n = 0;
-      for (void* b = lab->free[c]; b != nullptr && n < (1u << 20); b = *static_cast<void**>(b)) n++;
+      for (void* b = lab->free[c]; b != nullptr && n < (1u << 20); b = block_next(b)) n++;
       in_use[c] -= n;  // owner-side free blocks (wraps back when the spans are added)
     }
   }

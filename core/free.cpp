@@ -3,6 +3,7 @@
 
 #include "core/large.h"
 #include "core/report.h"
+#include "core/secure.h"
 #include "core/stats.h"
 
 namespace fw {
@@ -24,8 +25,11 @@ void free_slow(Lab* lab, void* p, Span* d) {
     unsigned c = d->cls.load(std::memory_order_relaxed);
     bool placeholder = mine == &g_lab_empty || mine == &g_lab_busy || mine == &g_lab_dead;
     if (!placeholder && d->owner.load(std::memory_order_relaxed) == mine) {
-      // The thread's first call found a LAB that already owns this span.
-      *static_cast<void**>(p) = mine->free[c];
+      // Our own span: either the fast path's block check failed (this reports
+      // it), or the thread's first call found a LAB that already owns the span.
+      span_check_free(d, p);
+      set_canary(p);
+      block_link(p, mine->free[c]);
       mine->free[c] = p;
     } else {
       span_free_remote(d, p);

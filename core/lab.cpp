@@ -5,6 +5,7 @@
 #include "core/options.h"
 #include "core/report.h"
 #include "core/reusable.h"
+#include "core/secure.h"
 #include "core/span_pool.h"
 #include "core/stats.h"
 #include "core/tagged_stack.h"
@@ -123,7 +124,8 @@ void lab_flush(Lab* lab) {
 void* lab_refill(Lab* lab, unsigned c) {
   for (;;) {
     if (void* p = lab->free[c]) {
-      lab->free[c] = *static_cast<void**>(p);
+      lab->free[c] = block_next(p);
+      clear_canary(p);
       lab_count(lab->allocs[c]);
       return p;
     }
@@ -161,7 +163,7 @@ bool lab_is_valid(const Lab* lab) {
     uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
     uint32_t carved = s->carved.load(std::memory_order_relaxed);
     uint32_t n = 0;
-    for (void* b = lab->free[c]; b != nullptr && n <= carved; b = *static_cast<void**>(b), n++) {
+    for (void* b = lab->free[c]; b != nullptr && n <= carved; b = block_next(b), n++) {
       uintptr_t off = reinterpret_cast<uintptr_t>(b) - base;
       if (reinterpret_cast<uintptr_t>(b) < base || off % bsize != 0 || off / bsize >= carved) {
         ok = report_invariant("lab: free list holds a block not of its hot span", c);

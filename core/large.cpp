@@ -67,6 +67,7 @@ void* huge_alloc(size_t size, size_t align, bool zero) {
 
 void* large_alloc(size_t size, size_t align, bool zero) {
   if (align < kMinAlign) align = kMinAlign;
+  if (size == 0) size = 1;  // a unique block, as for malloc(0)
   size_t extra = align > kVspanSize ? align - kVspanSize : 0;
   size_t total = size + extra;
   if (total < size || size > (size_t(1) << 47)) return nullptr;

@@ -15,7 +15,8 @@ namespace fw {
   X(decommit_kb, 4096, "empty spans or freed large runs bigger than this many KiB are decommitted at once") \
   X(reuse_percent, 25, "a full span becomes reusable when this percent of its blocks are free (Hoard f)") \
   X(pool_stacks, 0, "stacks in the span-pool; 0 = one per CPU (at most 64)")                    \
-  X(peak_sample, 64, "sample live bytes for the peak figure every this many span acquisitions")
+  X(peak_sample, 64, "sample live bytes for the peak figure every this many span acquisitions") \
+  X(secure, 0, "1: encode free-list pointers and put guard pages after spans and large blocks")
 
 enum class Option : unsigned {
 #define FW_OPTION_ENUM(name, def, doc) name,

@@ -6,6 +6,7 @@
 #include "core/options.h"
 #include "core/report.h"
 #include "core/reusable.h"
+#include "core/secure.h"
 #include "core/size_class.h"
 #include "core/span_pool.h"
 
@@ -138,8 +139,12 @@ void* span_carve(Span* s) {
   if (n > capacity - carved) n = capacity - carved;
   char* first = reinterpret_cast<char*>(span_base(s)) + size_t(carved) * bsize;
   char* p = first;
-  for (uint32_t i = 1; i < n; i++, p += bsize) *reinterpret_cast<void**>(p) = p + bsize;
-  *reinterpret_cast<void**>(p) = nullptr;
+  for (uint32_t i = 1; i < n; i++, p += bsize) {
+    block_link(p, p + bsize);
+    set_canary(p);  // never handed out counts as free: freeing it is an error
+  }
+  block_link(p, nullptr);
+  set_canary(p);
   s->carved.store(carved + n, std::memory_order_relaxed);
   return first;
 }
@@ -158,7 +163,7 @@ void span_release(Span* s, void* local) {
   uintptr_t base = span_base(s);
   uint32_t m = 0;
   void* tail = nullptr;
-  for (void* b = local; b != nullptr; b = *static_cast<void**>(b)) {
+  for (void* b = local; b != nullptr; b = block_next(b)) {
     m++;
     tail = b;
   }
@@ -167,7 +172,7 @@ void span_release(Span* s, void* local) {
   After after;
   for (;;) {
     Anchor a = Anchor::unpack(w);
-    if (tail) *static_cast<void**>(tail) = block_at(base, a.head);
+    if (tail) block_link(tail, block_at(base, a.head));
     Anchor next{local ? block_index(base, local) : a.head, a.count + m, kHot, a.linked, a.tag};
     after = settle(s, a, a.count + m, next);
     if (anchor_cas(s, w, next)) break;
@@ -175,12 +180,17 @@ void span_release(Span* s, void* local) {
   follow_up(s, after);
 }
 
+void span_check_free(const Span* s, const void* p) {
+  unsigned c = s->cls.load(std::memory_order_relaxed);
+  if (c >= kClassCount || block_number(p, c) >= s->carved.load(std::memory_order_relaxed))
+    report_misuse("free of a pointer that is not the start of a block (interior or never handed out):", p);
+  if (has_canary(p)) report_misuse("double free of", p);
+}
+
 void span_free_remote(Span* s, void* p) {
   uintptr_t base = span_base(s);
-  uintptr_t off = reinterpret_cast<uintptr_t>(p) - base;
-  uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
-  if (bsize == 0 || off % bsize != 0 || off / bsize >= s->carved.load(std::memory_order_relaxed))
-    report_misuse("free of a pointer that is not the start of a block:", p);
+  span_check_free(s, p);
+  set_canary(p);
   uint32_t index = block_index(base, p);
   uint64_t w = s->anchor.load(std::memory_order_acquire);
   After after;
@@ -188,12 +198,12 @@ void span_free_remote(Span* s, void* p) {
     Anchor a = Anchor::unpack(w);
     if (a.state != kHot && a.state != kFull && a.state != kPartial)
       report_misuse("double free (or free of a block not in use):", p);
-    *static_cast<void**>(p) = block_at(base, a.head);
+    block_link(p, block_at(base, a.head));
     Anchor next{index, a.count + 1, a.state, a.linked, a.tag};
     after = After::kNothing;
     if (a.state != kHot) {
       if (a.count + 1 > s->carved.load(std::memory_order_relaxed))
-        report_misuse("double free:", p);
+        report_misuse("double free of", p);
       after = settle(s, a, a.count + 1, next);
     }
     if (anchor_cas(s, w, next)) break;
@@ -216,7 +226,7 @@ bool span_is_valid(const Span* s) {
   // Walk the list: it must hold exactly count blocks, each a block start.
   uintptr_t base = span_base(s);
   uint32_t n = 0;
-  for (void* b = block_at(base, a.head); b != nullptr && n <= a.count; b = *static_cast<void**>(b)) {
+  for (void* b = block_at(base, a.head); b != nullptr && n <= a.count; b = block_next(b)) {
     uintptr_t off = reinterpret_cast<uintptr_t>(b) - base;
     if (off % bsize != 0 || off / bsize >= carved) {
       ok = report_invariant("span: list holds a pointer that is not a carved block", i);

@@ -143,6 +143,10 @@ void span_release(Span* s, void* local);
 // Any thread but the owner: frees block p of small span s.
 void span_free_remote(Span* s, void* p);
 
+// Stops the process with a message unless p is the start of a carved block of
+// s that is not free already (secure.h).
+void span_check_free(const Span* s, const void* p);
+
 // Checks the equations above for one span; reports and returns false if broken.
 bool span_is_valid(const Span* s);
 

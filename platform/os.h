@@ -45,6 +45,8 @@ void* alloc_metadata(size_t size);
 
 // The CPU the calling thread runs on now (a hint; it can change at once).
 unsigned cpu_id();
+// 64 random bits from the OS (getrandom), or from time and addresses if that fails.
+uint64_t random_u64();
 // Monotonic time in nanoseconds.
 uint64_t now_ns();
 

@@ -2,11 +2,12 @@
 //
 // The throwing forms follow the standard: on failure call the installed
 // new_handler and try again, or throw std::bad_alloc when there is none. The
-// loop lives here, not in the core, because it is C++ policy, not allocation.
+// nothrow forms return nullptr where the throwing form would throw, including
+// when the handler itself throws. This file is the one place in freeway built
+// with exceptions (the standard requires them here); the core has none.
 #include <cstddef>
 #include <new>
 
-#include <bits/functexcept.h>  // std::__throw_bad_alloc: throws without -fexceptions here
 
 #include "freeway.h"
 
@@ -21,18 +22,18 @@ void* new_or_throw(size_t n, size_t align) {
     void* p = align ? fw_malloc_aligned(align, n) : fw_malloc(n);
     if (p != nullptr) return p;
     std::new_handler h = std::get_new_handler();
-    if (h == nullptr) std::__throw_bad_alloc();
+    if (h == nullptr) throw std::bad_alloc();
     h();
   }
 }
 
 void* new_nothrow(size_t n, size_t align) noexcept {
-  for (;;) {
-    void* p = align ? fw_malloc_aligned(align, n) : fw_malloc(n);
-    if (p != nullptr) return p;
-    std::new_handler h = std::get_new_handler();
-    if (h == nullptr) return nullptr;
-    h();  // a handler that throws ends here: std::terminate, as noexcept requires
+  void* p = align ? fw_malloc_aligned(align, n) : fw_malloc(n);
+  if (p != nullptr || std::get_new_handler() == nullptr) return p;
+  try {
+    return new_or_throw(n, align);
+  } catch (...) {
+    return nullptr;
   }
 }
 

@@ -6,6 +6,7 @@
 #include "core/arena.h"
 #include "core/lab.h"
 #include "core/reusable.h"
+#include "core/secure.h"
 #include "core/size_class.h"
 #include "core/span.h"
 #include "core/span_pool.h"
@@ -26,7 +27,8 @@ std::vector<void*> hot_span_all_carved(Span*& s, unsigned c) {
   REQUIRE(span_make_hot(s, c, &g_owner));
   std::vector<void*> blocks;
   for (void* list = span_carve(s); list != nullptr; list = span_carve(s))
-    for (void* b = list; b != nullptr; b = *static_cast<void**>(b)) blocks.push_back(b);
+    for (void* b = list; b != nullptr; b = block_next(b)) blocks.push_back(b);
+  for (void* b : blocks) clear_canary(b);  // handed out, as malloc does
   return blocks;
 }
 
@@ -71,7 +73,7 @@ TEST_CASE("remote frees to a hot span are collected by the owner in one step") {
   CHECK(anchor_of(s).count == 10);
   CHECK(anchor_of(s).state == kHot);
   int n = 0;
-  for (void* b = span_collect(s); b != nullptr; b = *static_cast<void**>(b)) n++;
+  for (void* b = span_collect(s); b != nullptr; b = block_next(b)) n++;
   CHECK(n == 10);
   CHECK(anchor_of(s).count == 0);
   CHECK(span_collect(s) == nullptr);
@@ -124,7 +126,7 @@ TEST_CASE("a PARTIAL span is claimed from the reusable stack with its free list"
   CHECK_FALSE(anchor_of(s).linked);
   CHECK(s->owner.load() == &other);
   uint32_t n = 0;
-  for (void* b = list; b != nullptr; b = *static_cast<void**>(b)) n++;
+  for (void* b = list; b != nullptr; b = block_next(b)) n++;
   CHECK(n == threshold);
   // Give everything back: the span is empty, so release returns it to the pool.
   for (uint32_t i = threshold; i < blocks.size(); i++) span_free_remote(s, blocks[i]);
@@ -152,7 +154,8 @@ TEST_CASE("a span recycled into another class while linked is moved to its class
   auto blocks_b = [&] {
     std::vector<void*> v;
     for (void* l = span_carve(s); l; l = span_carve(s))
-      for (void* x = l; x; x = *static_cast<void**>(x)) v.push_back(x);
+      for (void* x = l; x; x = block_next(x)) v.push_back(x);
+    for (void* x : v) clear_canary(x);
     return v;
   }();
   REQUIRE(span_float(s, &g_owner));
@@ -184,7 +187,8 @@ TEST_CASE("releasing a hot span settles it by its free count") {
   SUBCASE("almost all in use: FULL") {
     Span* s;
     auto blocks = hot_span_all_carved(s, c);
-    *static_cast<void**>(blocks[0]) = nullptr;
+    block_link(blocks[0], nullptr);
+    set_canary(blocks[0]);
     span_release(s, blocks[0]);  // one block on the owner-side list
     CHECK(anchor_of(s).state == kFull);
     CHECK(anchor_of(s).count == 1);
@@ -198,7 +202,8 @@ TEST_CASE("releasing a hot span settles it by its free count") {
     REQUIRE(span_make_hot(s, c, &g_owner));
     void* list = span_carve(s);  // a first batch; the rest stays uncarved
     void* first = list;
-    list = *static_cast<void**>(list);
+    list = block_next(list);
+    clear_canary(first);
     span_release(s, list);  // all but `first` back
     CHECK(anchor_of(s).state == kPartial);
     CHECK(span_is_valid(s));

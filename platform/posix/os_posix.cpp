@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -110,6 +111,19 @@ unsigned cpu_id() {
 #else
   return 0;
 #endif
+}
+
+uint64_t random_u64() {
+  uint64_t v = 0;
+  int saved = errno;
+  ssize_t got = getrandom(&v, sizeof v, GRND_NONBLOCK);
+  errno = saved;
+  if (got == ssize_t(sizeof v)) return v;
+  // No entropy yet (very early boot): mix the clock and an address.
+  v = now_ns() ^ (reinterpret_cast<uintptr_t>(&v) << 17);
+  v ^= v >> 33;
+  v *= 0xff51afd7ed558ccdull;
+  return v ^ (v >> 29);
 }
 
 uint64_t now_ns() {
