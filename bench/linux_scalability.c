@@ -5,7 +5,7 @@
  * loop.  Measures allocator latency and scalability under a regular, purely
  * thread-private pattern; with T > cores it shows the cost of preemption.
  *
- *   -t T   threads (1)        -n N   pairs per thread (100000000)
+ *   -t T   threads (1)        -n N   pairs per thread (200000000)
  *   -s S   block size (8)
  *
  * Only the standard malloc API is used, so the program runs unchanged under
@@ -49,7 +49,7 @@ static double gate_release(int nthreads) {
   return t0;
 }
 
-static long npairs = 100000000;
+static long npairs = 200000000;
 static size_t size = 8;
 
 struct worker {

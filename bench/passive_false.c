@@ -7,7 +7,7 @@
  * times, free it.  An allocator that lets each thread reuse the piece of the
  * shared cache line it just freed keeps the false sharing going.
  *
- *   -t T   threads (1)       -n N   malloc/free pairs per thread (200000)
+ *   -t T   threads (1)       -n N   malloc/free pairs per thread (300000)
  *   -w W   writes to each byte per pair (1000)    -s S  block size (8)
  *
  * A "write" is a read-modify-write (volatile increment): on current x86
@@ -50,7 +50,7 @@ static double gate_release(int nthreads) {
   return t0;
 }
 
-static long npairs = 200000;
+static long npairs = 300000;
 static int writes = 1000;
 static size_t size = 8;
 

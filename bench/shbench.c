@@ -11,7 +11,7 @@
  * one round, so spans/superblocks hold a changing mix of live and dead
  * blocks of many size classes.  All threads do the same fixed work.
  *
- *   -t T   threads (1)          -r R   rounds per thread (20000)
+ *   -t T   threads (1)          -r R   rounds per thread (50000)
  *   -b B   blocks per round (1000)
  *   -m MIN smallest size (8)    -M MAX largest size (100)
  *   -l L   longest short lifetime in rounds (8)
@@ -60,7 +60,7 @@ static uint64_t rng_next(uint64_t *s) {
   return x * 0x2545F4914F6CDD1DULL;
 }
 
-static long rounds = 20000, batch = 1000, pool_cap = 20000;
+static long rounds = 50000, batch = 1000, pool_cap = 20000;
 static size_t min_size = 8, max_size = 100;
 static int lifetimes = 8;
 static uint64_t seed = 1;

@@ -12,7 +12,7 @@
  * short on a small machine.)
  *
  *   -t T   threads (1)         -x X   size range exponent (4)
- *   -v V   bytes per cycle (16777216)     -c C  cycles (30)
+ *   -v V   bytes per cycle (16777216)     -c C  cycles (60)
  *   -S SEED random seed (1)
  */
 #define _GNU_SOURCE
@@ -58,7 +58,7 @@ static uint64_t rng_next(uint64_t *s) {
 }
 
 static int xexp = 4;
-static long cycles = 30;
+static long cycles = 60;
 static size_t volume = 16u << 20;
 static uint64_t seed = 1;
 

@@ -8,7 +8,7 @@
  * count).  Large batches force the allocator to go to its back end (the
  * working set of a round is bigger than any per-thread cache).
  *
- *   -t T   threads (1)           -i I   rounds (1000)
+ *   -t T   threads (1)           -i I   rounds (2000)
  *   -n N   blocks per round, split over the threads (100000)
  *   -s S   block size (8)        -w W   local work per block (0)
  */
@@ -48,7 +48,7 @@ static double gate_release(int nthreads) {
   return t0;
 }
 
-static long rounds = 1000, per_thread;
+static long rounds = 2000, per_thread;
 static size_t size = 8;
 static int work;
 
