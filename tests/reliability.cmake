@@ -1,0 +1,37 @@
+# Reliability tests, included by tests/CMakeLists.txt: the lock-free promise
+# (Michael 2004 §1, §3) under signals, frozen threads, fork, out-of-memory,
+# thread churn and heap misuse, plus the replay of the fuzzer's regressions.
+#
+# Each timed test runs for a bounded default (at most about a minute) inside
+# `make test`; tools/soak runs the same programs for SOAK_SECONDS. Every one
+# has a watchdog of its own that fails it with a message on a stall; the ctest
+# TIMEOUT below is only the last resort.
+set(FW_RELIABILITY_TIMEOUT 240)
+
+# Like fw_program_test (malloc/free/new are freeway's; label "override"), with
+# the label "reliability" too (ctest -L reliability) and a tighter timeout.
+function(fw_reliability_test name)
+  add_executable(${name} ${name}.cpp $<TARGET_OBJECTS:fw_test_main>)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
+  target_link_libraries(${name} PRIVATE freeway doctest::doctest Threads::Threads ${CMAKE_DL_LIBS})
+  doctest_discover_tests(${name} PROPERTIES TIMEOUT ${FW_RELIABILITY_TIMEOUT} LABELS "override;reliability")
+endfunction()
+
+foreach(t test_signal_safety test_kill_tolerance test_fork test_oom test_churn test_misuse)
+  if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/${t}.cpp)
+    fw_reliability_test(${t})
+  endif()
+endforeach()
+
+# The fuzz harness (tests/fuzz/harness.cpp) as a plain program linked to the
+# core without the malloc override: it replays every input kept in
+# tests/fuzz/seeds and tests/fuzz/regressions (tools/fuzz builds the libFuzzer
+# version of the same harness in build-fuzz).
+if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/harness.cpp)
+  add_executable(fw_fuzz_replay fuzz/harness.cpp fuzz/replay_main.cpp)
+  target_link_libraries(fw_fuzz_replay PRIVATE freeway_testable Threads::Threads)
+  add_test(NAME fuzz_regressions_replay
+           COMMAND fw_fuzz_replay ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/seeds
+                   ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/regressions)
+  set_tests_properties(fuzz_regressions_replay PROPERTIES TIMEOUT 120 LABELS reliability)
+endif()
