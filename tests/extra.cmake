@@ -1,0 +1,56 @@
+# tests/extra.cmake: tests beyond the doctest programs, included by
+# tests/CMakeLists.txt. Scripts live in tests/scripts/, the programs and data
+# they use in tests/programs/.
+#
+#   first_call.<mode>   tests/programs/first_call.c built per mode and run with
+#                       and without LD_PRELOAD=libfreeway.so (first allocator
+#                       call in .preinit_array, a constructor, dlsym, a thread...)
+#   preload.python      python3 (PYTHONMALLOC=malloc) on an object-heavy script
+#   preload.gxx         g++ -O2 -c of a real C++ file; same nm list and bytes
+#   preload.sort        sort of 2 million generated lines, three ways
+#   install.consumers   cmake --install, then pkg-config, CMake find_package
+#                       and static-link consumers of the installed copy
+# The preload tests compare a plain run with an LD_PRELOAD run; any difference
+# in output or exit status fails. Scripts exit 77 (skipped) when a tool is
+# missing.
+
+set(FW_TEST_SCRIPTS ${CMAKE_CURRENT_SOURCE_DIR}/scripts)
+set(FW_TEST_PROGRAMS ${CMAKE_CURRENT_SOURCE_DIR}/programs)
+set(FW_TEST_TMP ${CMAKE_CURRENT_BINARY_DIR}/tmp)
+file(MAKE_DIRECTORY ${FW_TEST_TMP})
+
+# The compiler must not fold or drop the programs' allocations.
+set(FW_TEST_C_FLAGS -O2 -fno-builtin -Wall -Wextra)
+
+# --- First calls -------------------------------------------------------------
+set(FW_FIRST_CALL_MODES preinit constructor dlsym free_first calloc_first aligned_first huge_first thread_free)
+foreach(mode IN LISTS FW_FIRST_CALL_MODES)
+  set(exe fw_first_call_${mode})
+  add_executable(${exe} ${FW_TEST_PROGRAMS}/first_call.c)
+  target_compile_definitions(${exe} PRIVATE FC_MODE_${mode})
+  target_compile_options(${exe} PRIVATE ${FW_TEST_C_FLAGS})
+  # Not linked to freeway: the script preloads it.
+  target_link_libraries(${exe} PRIVATE Threads::Threads ${CMAKE_DL_LIBS} m)
+  add_dependencies(${exe} freeway)
+  add_test(NAME first_call.${mode}
+    COMMAND ${FW_TEST_SCRIPTS}/run_first_call.sh $<TARGET_FILE:freeway> $<TARGET_FILE:${exe}>
+            ${FW_TEST_PROGRAMS}/first_call_expected/${mode}.txt)
+  set_tests_properties(first_call.${mode} PROPERTIES TIMEOUT 60 ENVIRONMENT "TMPDIR=${FW_TEST_TMP}")
+endforeach()
+
+# --- Real programs under LD_PRELOAD ------------------------------------------
+add_test(NAME preload.python
+  COMMAND ${FW_TEST_SCRIPTS}/preload_python.sh $<TARGET_FILE:freeway> ${FW_TEST_PROGRAMS}/python_workload.py)
+add_test(NAME preload.gxx
+  COMMAND ${FW_TEST_SCRIPTS}/preload_gxx.sh $<TARGET_FILE:freeway> ${FW_TEST_PROGRAMS}/compile_me.cpp)
+add_test(NAME preload.sort COMMAND ${FW_TEST_SCRIPTS}/preload_sort.sh $<TARGET_FILE:freeway>)
+set_tests_properties(preload.python preload.gxx preload.sort PROPERTIES
+  TIMEOUT 180 SKIP_RETURN_CODE 77 ENVIRONMENT "TMPDIR=${FW_TEST_TMP}")
+# sort uses both cores and ~0.5 GB; keep it from running beside the other big ones.
+set_tests_properties(preload.sort PROPERTIES RUN_SERIAL TRUE)
+
+# --- Install -----------------------------------------------------------------
+add_test(NAME install.consumers
+  COMMAND ${FW_TEST_SCRIPTS}/install_test.sh ${CMAKE_COMMAND} ${PROJECT_BINARY_DIR}
+          ${FW_TEST_PROGRAMS}/install_consumer ${CMAKE_C_COMPILER} ${CMAKE_CXX_COMPILER})
+set_tests_properties(install.consumers PROPERTIES TIMEOUT 300 ENVIRONMENT "TMPDIR=${FW_TEST_TMP}")
