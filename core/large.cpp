@@ -6,6 +6,7 @@
 
 #include "core/arena.h"
 #include "core/report.h"
+#include "core/secure.h"
 #include "core/span_pool.h"
 #include "platform/os.h"
 
@@ -38,6 +39,19 @@ void zero_block(void* p, size_t size, uintptr_t base, uint64_t committed_before)
     if (dirty > size) dirty = size;
   }
   if (dirty) std::memset(p, 0, dirty);
+}
+
+// Guard pages of the vspans of a run: none inside the block, and in secure
+// mode one right after it when the run has room.
+void place_guard(Span* head, uint32_t n, uint64_t bytes) {
+  bool secure = secure_mode();
+  uint32_t hi = span_index(head);
+  uint64_t guard_vspan = bytes >> kVspanShift;
+  uint32_t page_in_vspan = uint32_t((bytes & (kVspanSize - 1)) / os::page_size()) + 1;
+  for (uint32_t i = 0; i < n; i++) {
+    bool here = secure && i == guard_vspan;
+    span_set_guard(span_at(hi + i), here ? page_in_vspan : 0);
+  }
 }
 
 void* huge_alloc(size_t size, size_t align, bool zero) {
@@ -93,6 +107,7 @@ void* large_alloc(size_t size, size_t align, bool zero) {
     t->run_len.store(hi, std::memory_order_relaxed);
     set_state(t, kLargeTail);
   }
+  place_guard(head, n, bytes);
   set_state(head, kLarge);
   if (zero) zero_block(reinterpret_cast<void*>(p), size, base, before);
   g_live_bytes.fetch_add(bytes - (p - base), std::memory_order_relaxed);
@@ -156,6 +171,7 @@ bool large_resize_in_place(void* p, Span* d, size_t size) {
   if (bytes - offset < room / 2 && size < old) return false;
   if (!span_commit(head, bytes)) return false;
   uint64_t usable = bytes - offset;
+  if (usable > old) place_guard(head, head->run_len.load(std::memory_order_relaxed), bytes);
   if (usable < old) usable = old;  // committed pages stay usable
   head->large_size.store(usable, std::memory_order_relaxed);
   g_live_bytes.fetch_add(usable - old, std::memory_order_relaxed);

@@ -9,6 +9,7 @@
 #include "core/secure.h"
 #include "core/size_class.h"
 #include "core/span_pool.h"
+#include "platform/os.h"
 
 namespace fw {
 namespace {
@@ -72,15 +73,34 @@ uint32_t reuse_threshold(uint32_t capacity) {
   return t == 0 ? 1 : t;
 }
 
+void span_set_guard(Span* s, uint32_t page) {
+  uint32_t now = s->guard_page.load(std::memory_order_relaxed);
+  if (now == page) return;
+  size_t ps = os::page_size();
+  uintptr_t base = span_base(s);
+  if (now != 0) os::protect(reinterpret_cast<void*>(base + (now - 1) * ps), ps, true);
+  if (page != 0) os::protect(reinterpret_cast<void*>(base + (page - 1) * ps), ps, false);
+  s->guard_page.store(uint16_t(page), std::memory_order_relaxed);
+}
+
 bool span_make_hot(Span* s, unsigned cls, Lab* lab) {
   const ClassInfo& ci = class_info(cls);
   if (!span_commit(s, ci.span_bytes)) {
     pool_give(s, 1);
     return false;
   }
-  s->cls.store(cls, std::memory_order_relaxed);
+  uint32_t capacity = ci.capacity;
+  if (secure_mode()) {
+    // The real span's last page is the guard: blocks end before it.
+    size_t ps = os::page_size();
+    capacity = uint32_t((ci.span_bytes - ps) / ci.block_size);
+    span_set_guard(s, uint32_t(ci.span_bytes / ps));
+  } else {
+    span_set_guard(s, 0);
+  }
+  s->cls.store(uint16_t(cls), std::memory_order_relaxed);
   s->block_size.store(ci.block_size, std::memory_order_relaxed);
-  s->capacity.store(ci.capacity, std::memory_order_relaxed);
+  s->capacity.store(capacity, std::memory_order_relaxed);
   s->carved.store(0, std::memory_order_relaxed);
   s->run_len.store(1, std::memory_order_relaxed);
   // The span may still be linked in a reusable stack from an earlier life, and

@@ -37,6 +37,8 @@
 //               the thread that holds the span exclusively (just popped it from
 //               the pool or a run cache), before publishing it with a CAS.
 //   carved      the owning LAB while HOT; stable in every other state.
+//   guard_page  whoever holds the vspan exclusively (it describes the vspan's
+//               page protection, whatever the vspan is used for).
 //   committed   the exclusive holder (pool pop/push, run alloc/free).
 //   pool_next, reuse_next  the stacks (tagged_stack.h).
 // Equations (span_is_valid):
@@ -92,7 +94,8 @@ struct alignas(64) Span {
   std::atomic<Lab*> owner;
   std::atomic<uint32_t> pool_next;
   std::atomic<uint32_t> reuse_next;
-  std::atomic<uint32_t> cls;
+  std::atomic<uint16_t> cls;
+  std::atomic<uint16_t> guard_page;  // page index + 1 of this vspan's guard page (secure mode); 0 = none
   std::atomic<uint32_t> block_size;
   std::atomic<uint32_t> capacity;
   std::atomic<uint32_t> carved;
@@ -146,6 +149,10 @@ void span_free_remote(Span* s, void* p);
 // Stops the process with a message unless p is the start of a carved block of
 // s that is not free already (secure.h).
 void span_check_free(const Span* s, const void* p);
+
+// Secure mode: makes the vspan's guard page the one at page index `page` (0 =
+// none), changing protections only where they differ. The caller holds s.
+void span_set_guard(Span* s, uint32_t page);
 
 // Checks the equations above for one span; reports and returns false if broken.
 bool span_is_valid(const Span* s);
