@@ -10,6 +10,8 @@
 #   preload.sort        sort of 2 million generated lines, three ways
 #   install.consumers   cmake --install, then pkg-config, CMake find_package
 #                       and static-link consumers of the installed copy
+#   install.multiarch_libdir  the same for a build with CMAKE_INSTALL_PREFIX=/usr
+#                       (libraries in lib/x86_64-linux-gnu)
 # The preload tests compare a plain run with an LD_PRELOAD run; any difference
 # in output or exit status fails. Scripts exit 77 (skipped) when a tool is
 # missing.
@@ -53,4 +55,10 @@ set_tests_properties(preload.sort PROPERTIES RUN_SERIAL TRUE)
 add_test(NAME install.consumers
   COMMAND ${FW_TEST_SCRIPTS}/install_test.sh ${CMAKE_COMMAND} ${PROJECT_BINARY_DIR}
           ${FW_TEST_PROGRAMS}/install_consumer ${CMAKE_C_COMPILER} ${CMAKE_CXX_COMPILER})
-set_tests_properties(install.consumers PROPERTIES TIMEOUT 300 ENVIRONMENT "TMPDIR=${FW_TEST_TMP}")
+# The same for a build configured with CMAKE_INSTALL_PREFIX=/usr, where
+# GNUInstallDirs picks lib/<multiarch>: builds the libraries once more.
+add_test(NAME install.multiarch_libdir
+  COMMAND ${FW_TEST_SCRIPTS}/install_multiarch_test.sh ${CMAKE_COMMAND} ${PROJECT_SOURCE_DIR}
+          ${FW_TEST_PROGRAMS}/install_consumer ${CMAKE_C_COMPILER} ${CMAKE_CXX_COMPILER})
+set_tests_properties(install.consumers install.multiarch_libdir PROPERTIES
+  TIMEOUT 300 ENVIRONMENT "TMPDIR=${FW_TEST_TMP}")

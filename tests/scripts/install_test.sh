@@ -59,7 +59,12 @@ echo "== 1. C program with pkg-config, shared"
 export PKG_CONFIG_PATH=$L/pkgconfig
 flags=$(pkg-config --cflags --libs freeway) || fail "pkg-config --cflags --libs freeway failed"
 echo "  pkg-config --cflags --libs freeway: $flags"
-echo "  pkg-config libdir: $(pkg-config --variable=libdir freeway)"
+pc_inc=$(pkg-config --variable=includedir freeway)
+pc_lib=$(pkg-config --variable=libdir freeway)
+echo "  pkg-config includedir: $pc_inc"
+echo "  pkg-config libdir: $pc_lib"
+[ -e "$pc_inc/freeway.h" ] || fail "freeway.pc's includedir ($pc_inc) has no freeway.h"
+[ -e "$pc_lib/libfreeway.so" ] || fail "freeway.pc's libdir ($pc_lib) has no libfreeway.so"
 # shellcheck disable=SC2086
 if "$cc" "$src/consumer.c" $flags -ldl -o "$tmp/pc_consumer" 2> "$tmp/pc.err"; then
   LD_LIBRARY_PATH=$L "$tmp/pc_consumer" > "$tmp/pc.out" 2>&1
