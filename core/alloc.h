@@ -29,7 +29,9 @@ FW_INLINE void* alloc_class(unsigned c) {
   void* p = lab->free[c];
   if (FW_UNLIKELY(p == nullptr)) return malloc_slow(lab, c);
   lab->free[c] = block_next(p);
+#if FREEWAY_HARDENING
   clear_canary(p);
+#endif
   lab_count(lab->allocs[c]);
   std::atomic_signal_fence(std::memory_order_seq_cst);  // the LAB is consistent before BUSY is cleared
   tls_lab = lab;

@@ -11,6 +11,12 @@
 #define FW_COLD __attribute__((noinline, cold))
 #define FW_EXPORT __attribute__((visibility("default")))
 
+// FREEWAY_HARDENING=0 compiles out the per-free checks of secure.h (only to
+// measure what they cost; the product always ships with them).
+#ifndef FREEWAY_HARDENING
+#define FREEWAY_HARDENING 1
+#endif
+
 // ThreadSanitizer builds (GCC defines the first, Clang answers the second).
 #if defined(__SANITIZE_THREAD__)
 #define FW_TSAN 1
