@@ -472,6 +472,33 @@ TEST_CASE("aligned allocation of size 0 returns a unique freeable block for ever
   check_alignments(1, 64 * MiB, true);
 }
 
+TEST_CASE("aligned allocation of huge blocks (above 256 MiB) honours alignments up to 64 MiB") {
+  const AlignFn fns[] = {AlignFn::posix_memalign_, AlignFn::aligned_alloc_, AlignFn::memalign_,
+                         AlignFn::fw_malloc_aligned_};
+  for (AlignFn f : fns) {
+    for (size_t a : {size_t(4096), 2 * MiB, 16 * MiB, 64 * MiB}) {
+      const size_t n = 300 * MiB + 5;
+      INFO(std::string(name_of(f)), " alignment ", a, " size ", n);
+      int rc;
+      void* p = alloc_with(f, a, n, &rc);
+      CHECK(rc == 0);
+      REQUIRE(p != nullptr);
+      CHECK(aligned_to(p, a));
+      CHECK(fw_owns(p));
+      CHECK(malloc_usable_size(p) >= n);
+      // Write the first and last MiB whole, and one byte every 64 KiB between.
+      auto* b = static_cast<unsigned char*>(p);
+      fill(b, MiB, 9);
+      fill(b + n - MiB, MiB, 10);
+      for (size_t off = MiB; off < n - MiB; off += 64 * KiB) b[off] = 0x77;
+      CHECK(first_mismatch(b, MiB, 9) == MiB);
+      CHECK(first_mismatch(b + n - MiB, MiB, 10) == MiB);
+      free(p);
+    }
+  }
+  CHECK(fw_check_heap() == 0);
+}
+
 TEST_CASE("valloc returns page-aligned memory") {
   const size_t pg = page_size();
   for (size_t n : {size_t(0), size_t(1), pg - 1, pg, pg + 1, 100 * KiB, MiB, 5 * MiB + 3}) {
@@ -588,6 +615,8 @@ TEST_CASE("malloc_usable_size is at least the size asked for and all of it is wr
   for (size_t n = 0; n <= 4096; ++n) sizes.push_back(n);
   for (size_t p2 = 8192; p2 <= 64 * MiB; p2 <<= 1)
     for (size_t n : {p2 - 1, p2, p2 + 1, p2 + p2 / 3}) sizes.push_back(n);
+  // Around the large/huge boundary (256 MiB).
+  for (size_t n : {256 * MiB - 1, 256 * MiB, 256 * MiB + 1}) sizes.push_back(n);
   for (size_t n : sizes) {
     CAPTURE(n);
     // Two neighbours written whole: neither may spill into the other.
@@ -841,6 +870,36 @@ TEST_CASE("realloc in small steps keeps the contents (grow and shrink in place)"
   for (size_t n = 3 * MiB; n < 3 * MiB + 64 * 4096; n += 4096 + 7) sizes.push_back(n);
   for (size_t n = 3 * MiB + 64 * 4096; n > MiB; n -= 40000) sizes.push_back(n);
   realloc_walk(sizes);
+}
+
+TEST_CASE("realloc keeps the contents of blocks from aligned allocation and valloc") {
+  // An aligned block need not start where its span or run starts; realloc
+  // must still find it, keep its bytes and free it.
+  for (size_t a : {size_t(64), size_t(4096), size_t(64) * KiB, MiB, 2 * MiB, 8 * MiB}) {
+    for (size_t n : {size_t(10), size_t(5000), 200 * KiB, 3 * MiB}) {
+      for (size_t m : {size_t(1), n / 2 + 1, n + 1, 2 * n + 100, 9 * MiB}) {
+        INFO("alignment ", a, " size ", n, " realloc to ", m);
+        void* p = aligned_alloc(opaque(a), opaque(n));
+        REQUIRE(p != nullptr);
+        fill(p, n, 77);
+        void* q = realloc(p, opaque(m));
+        REQUIRE(q != nullptr);
+        size_t keep = n < m ? n : m;
+        CHECK(first_mismatch(q, keep, 77) == keep);
+        CHECK(malloc_usable_size(q) >= m);
+        memset(q, 0x21, m);
+        free(q);
+      }
+    }
+  }
+  void* v = valloc(opaque(size_t(100)));
+  REQUIRE(v != nullptr);
+  fill(v, 100, 5);
+  v = realloc(v, opaque(size_t(70000)));
+  REQUIRE(v != nullptr);
+  CHECK(first_mismatch(v, 100, 5) == 100);
+  free(v);
+  CHECK(fw_check_heap() == 0);
 }
 
 TEST_CASE("realloc of many live blocks in random order keeps every block's contents") {
