@@ -499,6 +499,38 @@ TEST_CASE("aligned allocation of huge blocks (above 256 MiB) honours alignments 
   CHECK(fw_check_heap() == 0);
 }
 
+TEST_CASE("an alignment of 128 MiB to 2^63 either fails with ENOMEM or gives a block that frees cleanly") {
+  // glibc fails from about 2^36 on (ENOMEM); an allocator that reserves
+  // address space lazily may succeed further. Either is fine, but a block it
+  // returns must be aligned, usable and freeable.
+  const AlignFn fns[] = {AlignFn::posix_memalign_, AlignFn::aligned_alloc_, AlignFn::memalign_,
+                         AlignFn::fw_malloc_aligned_};
+  for (AlignFn f : fns) {
+    for (unsigned shift = 27; shift <= 63; ++shift) {
+      const size_t a = size_t(1) << shift;
+      INFO(std::string(name_of(f)), " alignment 2^", shift);
+      int rc;
+      errno = 0;
+      void* p = alloc_with(f, a, 100, &rc);
+      const int e = errno;
+      if (p == nullptr) {
+        if (f == AlignFn::posix_memalign_) CHECK(rc == ENOMEM);
+        else if (f == AlignFn::memalign_) CHECK((e == ENOMEM || e == EINVAL));  // glibc: ENOMEM
+        else CHECK(e == ENOMEM);
+        continue;
+      }
+      CHECK(rc == 0);
+      CHECK(aligned_to(p, a));
+      CHECK(fw_owns(p));
+      CHECK(malloc_usable_size(p) >= 100);
+      memset(p, 0x31, 100);
+      free(p);
+    }
+  }
+  fw_collect();
+  CHECK(fw_check_heap() == 0);
+}
+
 TEST_CASE("valloc returns page-aligned memory") {
   const size_t pg = page_size();
   for (size_t n : {size_t(0), size_t(1), pg - 1, pg, pg + 1, 100 * KiB, MiB, 5 * MiB + 3}) {
