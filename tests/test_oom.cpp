@@ -1,0 +1,313 @@
+// Out of memory. Each case runs in a child process under an address-space
+// limit (RLIMIT_AS) and reports through its exit status (0 = every check held;
+// otherwise the number of the first check that failed, named on stderr).
+//
+// freeway reserves address space in 1 GiB regions (config.h), each through one
+// mmap of 2 GiB that is then trimmed to an aligned 1 GiB (os_posix.cpp,
+// reserve_aligned), so the limits below are chosen relative to that: the
+// program's current size (VmSize) plus a headroom. What an allocation can get
+// under each headroom is measured and printed (the "address-space headroom"
+// case), so that the cost of the region scheme is visible.
+#include <doctest/doctest.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+#include "freeway.h"
+
+namespace {
+
+constexpr size_t MiB = size_t(1) << 20;
+constexpr size_t GiB = size_t(1) << 30;
+
+size_t vm_size() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  size_t kb = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::strncmp(line, "VmSize:", 7) == 0) kb = std::strtoull(line + 7, nullptr, 10);
+  std::fclose(f);
+  return kb * 1024;
+}
+
+bool limit_as(size_t bytes) {
+  rlimit rl{bytes, bytes};
+  return setrlimit(RLIMIT_AS, &rl) == 0;
+}
+
+// Runs fn in a child; returns its exit status, or 1000 + signal if it died.
+template <class F>
+int in_child(F fn) {
+  std::fflush(nullptr);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int rc = 201;
+    try {
+      rc = fn();
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "oom child: unexpected std::bad_alloc escaped\n");
+      rc = 200;
+    } catch (...) {
+      rc = 202;
+    }
+    std::fflush(nullptr);
+    _exit(rc);
+  }
+  int st = 0;
+  REQUIRE(waitpid(pid, &st, 0) == pid);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 1000 + WTERMSIG(st);
+}
+
+#define EXPECT(code, cond)                                                                   \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      std::fprintf(stderr, "oom child: check %d failed: %s (line %d, errno %d)\n", code, #cond, \
+                   __LINE__, errno);                                                         \
+      return code;                                                                           \
+    }                                                                                        \
+  } while (0)
+
+// Allocates blocks of n bytes into v (reserved beforehand: no allocation of
+// its own here) until malloc fails or v is full; returns errno of the failure.
+int exhaust(std::vector<void*>& v, size_t n) {
+  int err = 0;
+  while (v.size() < v.capacity()) {
+    errno = 0;
+    void* p = malloc(n);
+    if (p == nullptr) {
+      err = errno;
+      break;
+    }
+    *static_cast<uint64_t*>(p) = reinterpret_cast<uintptr_t>(p);
+    v.push_back(p);
+  }
+  return err;
+}
+
+bool intact(const std::vector<void*>& v) {
+  for (void* p : v)
+    if (*static_cast<uint64_t*>(p) != reinterpret_cast<uintptr_t>(p)) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("at the address-space limit malloc, calloc, realloc, aligned allocation fail with ENOMEM, new throws "
+          "bad_alloc, nothrow new returns nullptr; after freeing, everything works again") {
+  int rc = in_child([]() -> int {
+    size_t base = vm_size();
+    EXPECT(2, base > 0);
+    // Keep the vectors' own memory out of the fight: reserve it first.
+    std::vector<void*> big, small;
+    big.reserve(1 << 16);
+    small.reserve(1 << 22);
+    EXPECT(3, limit_as(base + 512 * MiB));
+
+    // 1 MiB blocks (large objects, one virtual span each) until malloc fails.
+    int err = exhaust(big, MiB);
+    EXPECT(4, err == ENOMEM);
+    EXPECT(5, !big.empty());
+    size_t first_round = big.size();
+
+    // Give back 8 virtual spans, then exhaust them with small blocks: each
+    // becomes a span of class 64 B, which uses 64 KiB of its 1 MiB (virtual
+    // spans, scalloc §3.2), so at least ~8 x 1024 blocks fit.
+    for (int i = 0; i < 8; i++) {
+      free(big.back());
+      big.pop_back();
+    }
+    err = exhaust(small, 64);
+    EXPECT(6, err == ENOMEM);
+    EXPECT(7, small.size() >= 7 * 1024);
+    size_t small_count = small.size();
+
+    // Everything fails the standard way now.
+    errno = 0;
+    EXPECT(10, malloc(MiB) == nullptr && errno == ENOMEM);
+    errno = 0;
+    EXPECT(11, calloc(1, MiB) == nullptr && errno == ENOMEM);
+    errno = 0;
+    EXPECT(12, calloc(MiB, 4) == nullptr && errno == ENOMEM);
+    void* keep = small.back();
+    small.pop_back();
+    std::memset(keep, 0x3c, 64);
+    errno = 0;
+    EXPECT(13, realloc(keep, 4 * MiB) == nullptr && errno == ENOMEM);
+    for (int i = 0; i < 64; i++) EXPECT(14, static_cast<unsigned char*>(keep)[i] == 0x3c);  // old block intact
+    void* al = reinterpret_cast<void*>(1);
+    EXPECT(15, posix_memalign(&al, 4096, MiB) == ENOMEM && al == reinterpret_cast<void*>(1));
+    errno = 0;
+    EXPECT(16, aligned_alloc(64, 2 * MiB) == nullptr && errno == ENOMEM);
+    errno = 0;
+    EXPECT(17, malloc(size_t(1) << 40) == nullptr && errno == ENOMEM);  // huge: a region of its own
+    bool threw = false;
+    try {
+      void* volatile p = ::operator new(MiB);
+      ::operator delete(p);
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    EXPECT(18, threw);
+    threw = false;
+    try {
+      char* volatile p = new char[3 * MiB];
+      delete[] p;
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    EXPECT(19, threw);
+    EXPECT(20, new (std::nothrow) char[MiB] == nullptr);
+    EXPECT(21, ::operator new(MiB, std::align_val_t(4096), std::nothrow) == nullptr);
+    EXPECT(22, intact(big) && intact(small));
+
+    // Free everything: allocation works again, and the address space given
+    // back is all reusable (a second round gets as many blocks).
+    free(keep);
+    for (void* p : small) free(p);
+    for (void* p : big) free(p);
+    small.clear();
+    big.clear();  // keeps its capacity
+    void* p = malloc(MiB);
+    EXPECT(30, p != nullptr);
+    std::memset(p, 1, MiB);
+    void* q = calloc(1, MiB);
+    EXPECT(31, q != nullptr && static_cast<char*>(q)[MiB - 1] == 0);
+    void* r = realloc(p, MiB / 2);  // shrinks (moves to a small span or stays)
+    EXPECT(32, r != nullptr && static_cast<char*>(r)[MiB / 2 - 1] == 1);
+    char* n = new (std::nothrow) char[MiB];
+    EXPECT(33, n != nullptr);
+    delete[] n;
+    free(q);
+    free(r);
+    err = exhaust(big, MiB);
+    EXPECT(34, err == ENOMEM);
+    EXPECT(35, big.size() + 8 >= first_round);
+    size_t second_round = big.size();
+    for (void* b : big) free(b);
+    EXPECT(36, fw_check_heap() == 0);
+    std::printf("oom: limit VmSize + 512 MiB: %zu MiB in 1 MiB blocks before ENOMEM (again %zu MiB after freeing "
+                "all), 8 freed virtual spans refilled with %zu blocks of 64 B; every allocation function failed the "
+                "standard way\n",
+                first_round, second_round, small_count);
+    return 0;
+  });
+  CHECK(rc == 0);
+}
+
+TEST_CASE("at the address-space limit, after every 1 MiB block is freed, 2 MiB and 64 MiB blocks can be "
+          "allocated (freed virtual spans must be reusable for larger runs)") {
+  int rc = in_child([]() -> int {
+    std::vector<void*> big;
+    big.reserve(1 << 16);
+    EXPECT(2, limit_as(vm_size() + 512 * MiB));
+    EXPECT(3, exhaust(big, MiB) == ENOMEM);
+    size_t n = big.size();
+    for (void* b : big) free(b);
+    big.clear();
+    // About n MiB of address space is free again, all of it in one-span runs.
+    void* two = malloc(2 * MiB);
+    void* sixty_four = malloc(64 * MiB);
+    std::printf("oom: %zu MiB freed in 1 MiB blocks at the limit; then malloc(2 MiB) %s, malloc(64 MiB) %s\n", n,
+                two ? "succeeds" : "fails (ENOMEM)", sixty_four ? "succeeds" : "fails (ENOMEM)");
+    EXPECT(4, n >= 128);
+    EXPECT(5, two != nullptr);
+    EXPECT(6, sixty_four != nullptr);
+    free(two);
+    free(sixty_four);
+    return 0;
+  });
+  CHECK(rc == 0);
+}
+
+TEST_CASE("address-space headroom: what freeway can allocate under RLIMIT_AS = VmSize + headroom (figures)") {
+  // Printed, not asserted: how the 1 GiB region scheme meets an address-space
+  // limit. For each headroom: the MiB obtained in 1 MiB blocks until ENOMEM,
+  // and whether one 300 MiB block (a huge object) could be had.
+  const size_t headrooms[] = {256 * MiB, 512 * MiB, GiB, GiB + GiB / 2, 2 * GiB, 2 * GiB + GiB / 2, 3 * GiB,
+                              4 * GiB};
+  std::printf("oom: headroom (MiB) -> MiB obtained in 1 MiB blocks | one 300 MiB block\n");
+  for (size_t h : headrooms) {
+    int got = in_child([h]() -> int {
+      std::vector<void*> v;
+      v.reserve(1 << 14);
+      if (!limit_as(vm_size() + h)) return 255;
+      exhaust(v, MiB);
+      return int(v.size() / 64);  // in units of 64 MiB (exit status is 8 bits)
+    });
+    int huge = in_child([h]() -> int {
+      if (!limit_as(vm_size() + h)) return 255;
+      void* p = malloc(300 * MiB);
+      return p != nullptr ? 0 : 1;
+    });
+    std::printf("oom:   %5zu -> ~%5d | %s\n", h / MiB, got * 64, huge == 0 ? "yes" : "no (ENOMEM)");
+  }
+  std::fflush(stdout);
+}
+
+TEST_CASE("a fresh process started under a 1.5 GiB address-space limit can allocate (one 1 GiB region fits)") {
+  // A program whose first malloc happens under `ulimit -v 1572864`: freeway's
+  // first region (1 GiB) plus its descriptor table (64 MiB) plus the program fit
+  // in 1.5 GiB, so allocating 256 MiB must work, as it does with the C library.
+  if (getenv("FW_OOM_FRESH_CHILD") != nullptr) return;  // the child runs the program below instead
+  std::fflush(nullptr);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    limit_as(GiB + GiB / 2);
+    setenv("FW_OOM_FRESH_CHILD", "1", 1);
+    // A new image of this program: its first malloc happens under the limit.
+    execl("/proc/self/exe", "test_oom", "--fw-oom-fresh", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int st = 0;
+  REQUIRE(waitpid(pid, &st, 0) == pid);
+  int status = WIFEXITED(st) ? WEXITSTATUS(st) : 1000 + WTERMSIG(st);
+  std::printf("oom: fresh process under RLIMIT_AS = 1.5 GiB: %s (status %d)\n",
+              status == 0 ? "allocated 256 MiB" : "could not allocate", status);
+  CHECK(status == 0);
+}
+
+// The fresh child: runs before doctest sees its command line (a constructor),
+// so that it needs nothing but malloc to report.
+namespace {
+__attribute__((constructor(200))) void fresh_child() {
+  if (getenv("FW_OOM_FRESH_CHILD") == nullptr) return;
+  FILE* f = std::fopen("/proc/self/cmdline", "r");
+  char buf[256] = {};
+  size_t n = f ? std::fread(buf, 1, sizeof buf - 1, f) : 0;
+  if (f) std::fclose(f);
+  bool me = false;
+  for (size_t i = 0; i < n; i += std::strlen(buf + i) + 1)
+    if (std::strcmp(buf + i, "--fw-oom-fresh") == 0) me = true;
+  if (!me) return;
+  std::vector<void*> v;
+  for (int i = 0; i < 256; i++) {
+    void* p = malloc(MiB);
+    if (p == nullptr) {
+      const char m[] = "oom fresh child: malloc(1 MiB) returned NULL\n";
+      ssize_t w = write(2, m, sizeof m - 1);
+      (void)w;
+      _exit(3);
+    }
+    std::memset(p, 1, 4096);
+    v.push_back(p);
+  }
+  for (void* p : v) free(p);
+  for (int i = 0; i < 100000; i++) {
+    void* p = malloc(16 + i % 500);
+    if (p == nullptr) _exit(4);
+    free(p);
+  }
+  _exit(0);
+}
+}  // namespace
