@@ -140,12 +140,14 @@ uint32_t arena_fresh_vspans(uint32_t n, uint32_t* leftover, uint32_t* leftover_l
   }
 }
 
-uint32_t arena_huge_reserve(size_t size) {
+uint32_t arena_huge_reserve(size_t size, size_t align) {
   size_t rounded = (size + kRegionSize - 1) & ~(kRegionSize - 1);
-  if (rounded < size || rounded == 0) return kNoIndex;
+  if (rounded < size || rounded == 0 || rounded > (size_t(1) << kAddressBits)) return kNoIndex;
+  if (align < kRegionSize) align = kRegionSize;
+  if (align > (size_t(1) << (kAddressBits - 1))) return kNoIndex;
   uint32_t r = region_id_alloc();
   if (r == kNoIndex) return kNoIndex;
-  void* base = os::reserve_aligned(rounded, kRegionSize);
+  void* base = os::reserve_aligned(rounded, align);
   if (base == nullptr ||
       ((reinterpret_cast<uintptr_t>(base) + rounded - 1) >> kAddressBits) != 0) {
     if (base) os::release(base, rounded);

@@ -85,9 +85,10 @@ FW_INLINE const Region* region_of_span(const Span* s) { return &g_regions[span_i
 // *leftover_len (vspans, 0 if none), for it to keep as free runs.
 uint32_t arena_fresh_vspans(uint32_t n, uint32_t* leftover, uint32_t* leftover_len);
 
-// A huge object: a region of its own of at least size bytes. Returns the region
-// id or kNoIndex. arena_huge_release unmaps it and recycles the id.
-uint32_t arena_huge_reserve(size_t size);
+// A huge object: a region of its own of at least size bytes whose base is
+// aligned to align (a power of two; at least kRegionSize is used). Returns the
+// region id or kNoIndex. arena_huge_release unmaps it and recycles the id.
+uint32_t arena_huge_reserve(size_t size, size_t align);
 void arena_huge_release(uint32_t region);
 
 // Address-space figures for statistics.

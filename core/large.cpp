@@ -54,14 +54,14 @@ void place_guard(Span* head, uint32_t n, uint64_t bytes) {
   }
 }
 
+// The region is reserved at the block's alignment, so the block starts at the
+// region's base (offset 0) whatever the alignment.
 void* huge_alloc(size_t size, size_t align, bool zero) {
-  size_t extra = align > kRegionSize ? align : 0;
-  if (size + extra < size) return nullptr;
-  uint32_t r = arena_huge_reserve(size + extra);
+  uint32_t r = arena_huge_reserve(size, align);
   if (r == kNoIndex) return nullptr;
   Span* head = span_at(r * kVspansPerRegion);
   uintptr_t base = g_regions[r].base.load(std::memory_order_relaxed);
-  uintptr_t p = round_up(base, align);
+  uintptr_t p = base;
   uint64_t bytes = round_up(p - base + size, os::page_size());
   if (!span_commit(head, bytes)) {
     arena_huge_release(r);
@@ -84,7 +84,7 @@ void* large_alloc(size_t size, size_t align, bool zero) {
   if (size == 0) size = 1;  // a unique block, as for malloc(0)
   size_t extra = align > kVspanSize ? align - kVspanSize : 0;
   size_t total = size + extra;
-  if (total < size || size > (size_t(1) << 47)) return nullptr;
+  if (total < size || size > (size_t(1) << 47) || align > (size_t(1) << 47)) return nullptr;
   if (!arena_init()) return nullptr;  // this may be the process's first allocation
   if (total > kLargeMax) return huge_alloc(size, align, zero);
   uint32_t n = uint32_t((total + kVspanSize - 1) >> kVspanShift);

@@ -53,7 +53,7 @@ TEST_CASE("a new region is reserved when the current one is used up") {
 
 TEST_CASE("a huge region is published in the map and cleared when released") {
   REQUIRE(arena_init());
-  uint32_t r = arena_huge_reserve(3 * kRegionSize + 1);
+  uint32_t r = arena_huge_reserve(3 * kRegionSize + 1, kRegionSize);
   REQUIRE(r != kNoIndex);
   uintptr_t base = g_regions[r].base.load();
   CHECK(g_regions[r].size.load() == 4 * kRegionSize);
@@ -69,7 +69,8 @@ TEST_CASE("a huge region is published in the map and cleared when released") {
 
 TEST_CASE("impossible huge sizes are refused without touching the map") {
   REQUIRE(arena_init());
-  CHECK(arena_huge_reserve(size_t(1) << 62) == kNoIndex);
-  CHECK(arena_huge_reserve(~size_t(0)) == kNoIndex);
+  CHECK(arena_huge_reserve(size_t(1) << 62, kRegionSize) == kNoIndex);
+  CHECK(arena_huge_reserve(~size_t(0), kRegionSize) == kNoIndex);
+  CHECK(arena_huge_reserve(kRegionSize, size_t(1) << 63) == kNoIndex);
   CHECK(arena_is_valid());
 }
