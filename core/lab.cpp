@@ -92,6 +92,9 @@ Span* acquire_span(Lab* lab, unsigned c, void** list) {
 
 Lab* lab_bind_thread() {
   if (!arena_init() || !os::thread_exit_init(&lab_thread_exit)) return nullptr;
+  // A signal handler that ran just before this thread's first call set BUSY may
+  // already have bound a LAB for the thread: use that one, never a second.
+  if (Lab* bound = static_cast<Lab*>(os::thread_exit_registered())) return bound;
   Lab* lab = lab_take();
   if (lab == nullptr) return nullptr;
   lab->kind.store(kLabThread, std::memory_order_relaxed);

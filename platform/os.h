@@ -55,6 +55,8 @@ uint64_t now_ns();
 // to the calling thread.
 bool thread_exit_init(void (*fn)(void*));
 bool thread_exit_register(void* arg);
+// The arg registered by the calling thread, or nullptr.
+void* thread_exit_registered();
 
 // Writes bytes to stderr with one system call, without allocating.
 void write_stderr(const char* s, size_t n);

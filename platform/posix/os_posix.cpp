@@ -152,6 +152,11 @@ bool thread_exit_register(void* arg) {
   return pthread_setspecific(pthread_key_t(k - 1), arg) == 0;
 }
 
+void* thread_exit_registered() {
+  unsigned k = g_exit_key.load(std::memory_order_acquire);
+  return k == 0 ? nullptr : pthread_getspecific(pthread_key_t(k - 1));
+}
+
 void write_stderr(const char* s, size_t n) { write_fd(2, s, n); }
 
 void write_fd(int fd, const char* s, size_t n) {
