@@ -1,0 +1,347 @@
+// Thread churn and producer-consumer soak: memory must not creep.
+//
+// 1. Hundreds of rounds of thread recreation (Lever-Boreham's second
+//    benchmark, scaled): each round's threads free the blocks the previous
+//    round's threads allocated (those threads have exited: every free is a
+//    remote free into a span whose thread cache is gone) and allocate new
+//    ones. The live data stays the same size; so must the RSS.
+// 2. Producer-consumer: producers allocate and fill blocks, consumers check
+//    and free them (every free remote), through bounded queues.
+// Each phase measures the RSS (/proc/self/statm) early and late: late / early
+// must stay under 1.1, and the RSS must stay within a small factor of the
+// live bytes freeway reports (fw_stats).
+//
+// Runs ~300 rounds + 10 s by default; SOAK_SECONDS=N runs each phase N seconds.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <pthread.h>
+#include <thread>
+#include <time.h>
+#include <unistd.h>
+#include <vector>
+
+#include "freeway.h"
+
+namespace {
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+void sleep_ns(uint64_t ns) {
+  timespec ts{time_t(ns / 1000000000ull), long(ns % 1000000000ull)};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+double soak_seconds() {
+  const char* s = getenv("SOAK_SECONDS");
+  return s ? atof(s) : 0;
+}
+
+double rss_bytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  unsigned long size = 0, rss = 0;
+  if (f) {
+    if (std::fscanf(f, "%lu %lu", &size, &rss) != 2) rss = 0;
+    std::fclose(f);
+  }
+  return double(rss) * double(sysconf(_SC_PAGESIZE));
+}
+
+double live_bytes() {
+  fw_stats_t s;
+  fw_stats(&s);
+  return double(s.live_bytes);
+}
+
+struct Rng {
+  uint64_t s;
+  uint64_t next() {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+  }
+};
+
+// Self-describing blocks (>= 16 bytes), every byte written (so RSS is real).
+constexpr uint64_t kMagic = 0xc4a2000000000000ull;
+void fill(void* p, size_t n, uint64_t tag) {
+  uint64_t h[2] = {n ^ kMagic, tag};
+  std::memcpy(p, h, 16);
+  std::memset(static_cast<char*>(p) + 16, int(tag & 0xff), n - 16);
+}
+bool verify_self(const void* p) {
+  uint64_t h[2];
+  std::memcpy(h, p, 16);
+  size_t n = size_t(h[0] ^ kMagic);
+  if (n < 16 || n > (4u << 20)) return false;
+  const unsigned char* c = static_cast<const unsigned char*>(p);
+  for (size_t i = 16; i < n; i += (n > 8192 && i > 2048 && i + 2048 < n) ? 97 : 1)
+    if (c[i] != (unsigned char)h[1]) return false;
+  return true;
+}
+
+size_t pick_size(Rng& r) {
+  uint64_t k = r.next() % 1000;
+  if (k < 700) return 16 + r.next() % 240;
+  if (k < 950) return 256 + r.next() % 3840;
+  if (k < 998) return 4096 + r.next() % 28672;
+  return 131072 + r.next() % (1 << 20);
+}
+
+std::atomic<uint64_t> g_progress{0};
+std::atomic<bool> g_watchdog_stop{false};
+const char* volatile g_phase = "start";
+
+void* watchdog(void*) {
+  uint64_t last = g_progress.load(), since = now_ns();
+  while (!g_watchdog_stop.load()) {
+    sleep_ns(100000000);
+    uint64_t v = g_progress.load();
+    if (v != last) {
+      last = v;
+      since = now_ns();
+    } else if (now_ns() - since > 30000000000ull) {
+      const char* ph = g_phase;
+      char m[256];
+      int n = std::snprintf(m, sizeof m, "WATCHDOG: no progress for 30 s in phase '%s' (deadlock?)\n", ph);
+      ssize_t w = write(2, m, size_t(n));
+      (void)w;
+      _exit(70);
+    }
+  }
+  return nullptr;
+}
+
+struct WatchdogGuard {
+  pthread_t t;
+  WatchdogGuard() {
+    g_watchdog_stop = false;
+    pthread_create(&t, nullptr, watchdog, nullptr);
+  }
+  ~WatchdogGuard() {
+    g_watchdog_stop = true;
+    pthread_join(t, nullptr);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("hundreds of rounds of thread recreation, each freeing the previous round's blocks: RSS stops "
+          "growing (late/early < 1.1) and stays near the live bytes") {
+  g_phase = "thread churn";
+  WatchdogGuard wd;
+  const int kThreads = 4;
+  const size_t kBlocks = 24000;  // live blocks (~70 MiB), split among the threads
+  double seconds = soak_seconds();
+  int min_rounds = 300;
+  std::vector<void*> prev(kBlocks, nullptr), next(kBlocks, nullptr);
+  std::atomic<uint64_t> errors{0};
+  std::vector<double> rss_of_round;
+  double live_sum = 0, rss_sum = 0, worst_factor = 0;
+  int samples = 0;
+  uint64_t t0 = now_ns();
+  int round = 0;
+  for (;; round++) {
+    if (round >= min_rounds && double(now_ns() - t0) / 1e9 >= seconds) break;
+    std::vector<std::thread> ts;
+    for (int t = 0; t < kThreads; t++)
+      ts.emplace_back([&, t] {
+        Rng r{uint64_t(round * 131 + t + 1) * 0x9e3779b97f4a7c15ull};
+        const size_t share = kBlocks / kThreads;
+        for (size_t k = 0; k < share; k++) {
+          size_t i = size_t(t) + kThreads * k;
+          // Free one block of the previous round (allocated by a thread that
+          // has exited), in a shuffled order (7919 is prime to the share), then
+          // allocate one: the live data stays the same size throughout.
+          size_t j = size_t(t) + kThreads * ((k * 7919 + size_t(round)) % share);
+          if (prev[j]) {
+            if (!verify_self(prev[j])) errors++;
+            free(prev[j]);
+            prev[j] = nullptr;
+          }
+          size_t n = pick_size(r);
+          void* p = malloc(n);
+          next[i] = p;
+          if (p == nullptr) {
+            errors++;
+            continue;
+          }
+          fill(p, n, r.next());
+          g_progress.fetch_add(1, std::memory_order_relaxed);
+        }
+        for (size_t i = size_t(t); i < kBlocks; i += kThreads)
+          if (prev[i]) {
+            if (!verify_self(prev[i])) errors++;
+            free(prev[i]);
+            prev[i] = nullptr;
+          }
+      });
+    for (auto& th : ts) th.join();
+    prev.swap(next);
+    double rss = rss_bytes(), live = live_bytes();
+    rss_of_round.push_back(rss);
+    if (round >= 10) {
+      live_sum += live;
+      rss_sum += rss;
+      samples++;
+      worst_factor = std::max(worst_factor, rss / live);
+    }
+  }
+  double elapsed = double(now_ns() - t0) / 1e9;
+  int rounds = round;
+  // Early: the highest RSS of rounds 10..29; late: of the last 20 rounds.
+  double early = *std::max_element(rss_of_round.begin() + 10, rss_of_round.begin() + 30);
+  double late = *std::max_element(rss_of_round.end() - 20, rss_of_round.end());
+  double live_end = live_bytes(), rss_end = rss_bytes();
+  for (void* p : prev)
+    if (p) {
+      if (!verify_self(p)) errors++;
+      free(p);
+    }
+  fw_stats_t s;
+  fw_stats(&s);
+  std::printf("churn: %d rounds x %d threads in %.1f s (%d threads made), %zu live blocks (%.1f MiB live at the end): "
+              "RSS early %.1f MiB, late %.1f MiB, late/early %.3f; RSS/live %.2f at the end, %.2f on average, "
+              "%.2f worst; committed %.1f MiB, peak committed %.1f MiB; errors %llu\n",
+              rounds, kThreads, elapsed, rounds * kThreads, kBlocks, live_end / 1048576.0, early / 1048576.0,
+              late / 1048576.0, late / early, rss_end / live_end, rss_sum / live_sum, worst_factor,
+              s.committed_bytes / 1048576.0, s.peak_committed_bytes / 1048576.0, (unsigned long long)errors.load());
+  std::fflush(stdout);
+  CHECK(errors.load() == 0);
+  CHECK(late / early < 1.1);
+  // "A small factor": the same workload (standalone, 300 rounds, RSS over
+  // requested bytes) measured here ends at 3.8 with glibc, 3.2 mimalloc,
+  // 2.3 tcmalloc, 1.6 jemalloc, 1.9 freeway: hot spans per thread cache and
+  // FULL spans below the reuse threshold (25%) hold the rest.
+  CHECK(rss_end / live_end < 2.5);
+  CHECK(worst_factor < 3.0);
+  CHECK(fw_check_heap() == 0);
+}
+
+namespace {
+
+// A bounded single-producer single-consumer ring of blocks.
+struct Ring {
+  static constexpr size_t kCap = 8192;
+  std::atomic<size_t> head{0}, tail{0};
+  void* slot[kCap];
+  bool push(void* p) {
+    size_t t = tail.load(std::memory_order_relaxed);
+    if (t - head.load(std::memory_order_acquire) == kCap) return false;
+    slot[t % kCap] = p;
+    tail.store(t + 1, std::memory_order_release);
+    return true;
+  }
+  void* pop() {
+    size_t h = head.load(std::memory_order_relaxed);
+    if (h == tail.load(std::memory_order_acquire)) return nullptr;
+    void* p = slot[h % kCap];
+    head.store(h + 1, std::memory_order_release);
+    return p;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("producer-consumer: blocks allocated by producers and freed by consumers keep RSS flat "
+          "(late/early < 1.1) and near the live bytes") {
+  g_phase = "producer-consumer";
+  WatchdogGuard wd;
+  double seconds = soak_seconds() > 0 ? soak_seconds() : 10;
+  constexpr int kPairs = 2;
+  static Ring rings[kPairs];
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> produced{0}, consumed{0}, errors{0};
+  std::vector<std::thread> ts;
+  for (int i = 0; i < kPairs; i++) {
+    ts.emplace_back([&, i] {  // producer
+      Rng r{uint64_t(i + 7) * 0x2545f4914f6cdd1dull};
+      while (!stop.load(std::memory_order_relaxed)) {
+        // Small and medium blocks only: the queues then hold a steady amount
+        // of live data (a few large blocks more or less would swing it by MiBs).
+        size_t n = 16 + r.next() % (r.next() % 8 == 0 ? 32768 : 1024);
+        void* p = malloc(n);
+        if (p == nullptr) {
+          errors++;
+          continue;
+        }
+        fill(p, n, r.next());
+        while (!rings[i].push(p)) {
+          if (stop.load()) {
+            free(p);
+            return;
+          }
+          sched_yield();
+        }
+        produced.fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+    ts.emplace_back([&, i] {  // consumer
+      for (;;) {
+        void* p = rings[i].pop();
+        if (p == nullptr) {
+          if (stop.load()) return;
+          sched_yield();
+          continue;
+        }
+        if (!verify_self(p)) errors++;
+        free(p);
+        consumed.fetch_add(1, std::memory_order_relaxed);
+        g_progress.fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+  }
+  // Sample RSS and live bytes every 100 ms.
+  std::vector<double> rss, live;
+  uint64_t t0 = now_ns();
+  while (double(now_ns() - t0) / 1e9 < seconds) {
+    sleep_ns(100000000);
+    rss.push_back(rss_bytes());
+    live.push_back(live_bytes());
+  }
+  stop = true;
+  for (auto& t : ts) t.join();
+  for (auto& r : rings)
+    while (void* p = r.pop()) {
+      if (!verify_self(p)) errors++;
+      free(p);
+    }
+  double elapsed = double(now_ns() - t0) / 1e9;
+  size_t n = rss.size();
+  REQUIRE(n >= 20);
+  // Early: the highest RSS from 15% to 35% of the run; late: in the last 20%.
+  size_t a = std::max<size_t>(10, n * 15 / 100), b = std::max(a + 1, n * 35 / 100);
+  double early = *std::max_element(rss.begin() + long(std::min(a, n - 1)), rss.begin() + long(std::min(b, n)));
+  double late = *std::max_element(rss.end() - long(std::max<size_t>(1, n / 5)), rss.end());
+  double peak_live = *std::max_element(live.begin(), live.end());
+  double mean_live = 0;
+  for (double v : live) mean_live += v;
+  mean_live /= double(n);
+  std::printf("producer-consumer: %d producers -> %d consumers, %.1f s: %llu blocks passed (%.0f/s); live bytes mean "
+              "%.1f MiB, peak %.1f MiB; RSS early %.1f MiB, late %.1f MiB, late/early %.3f; RSS late / peak live "
+              "%.2f; errors %llu\n",
+              kPairs, kPairs, elapsed, (unsigned long long)consumed.load(), double(consumed.load()) / elapsed,
+              mean_live / 1048576.0, peak_live / 1048576.0, early / 1048576.0, late / 1048576.0, late / early,
+              late / peak_live, (unsigned long long)errors.load());
+  std::fflush(stdout);
+  CHECK(errors.load() == 0);
+  CHECK(produced.load() >= consumed.load());
+  CHECK(late / early < 1.1);
+  // The same pattern standalone (2 pairs, 8192-block queues, blocks of 16 B to
+  // 32 KiB), max RSS / peak live: glibc 1.13, tcmalloc 1.35, mimalloc 1.42,
+  // jemalloc 1.55. Twice the live data is a generous bound.
+  CHECK(late / peak_live < 2.0);
+  CHECK(fw_check_heap() == 0);
+}
