@@ -34,4 +34,14 @@ if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/harness.cpp)
            COMMAND fw_fuzz_replay ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/seeds
                    ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/regressions)
   set_tests_properties(fuzz_regressions_replay PROPERTIES TIMEOUT 120 LABELS reliability)
+
+  # The libFuzzer build of the harness (tools/fuzz configures build-fuzz with
+  # clang, -DFREEWAY_FUZZ=ON and -fsanitize=address,undefined,fuzzer-no-link
+  # for everything, so the allocator itself is coverage-instrumented).
+  option(FREEWAY_FUZZ "Build the libFuzzer harness fw_fuzz (clang)" OFF)
+  if(FREEWAY_FUZZ)
+    add_executable(fw_fuzz fuzz/harness.cpp)
+    target_link_libraries(fw_fuzz PRIVATE freeway_testable Threads::Threads)
+    target_link_options(fw_fuzz PRIVATE -fsanitize=fuzzer)
+  endif()
 endif()
