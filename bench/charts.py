@@ -145,21 +145,31 @@ def main():
             save(fig, "lb-leak.png")
         elif b["name"] == "sizesweep" and b["configs"]:
             fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+            # Ranges may run with different bytes per cycle, so compare
+            # allocation throughput (GiB allocated per second) when known.
+            def speed(c, e):
+                p = c["params"]
+                if p.get("bytes_per_cycle") and p.get("cycles"):
+                    return p["bytes_per_cycle"] * p["cycles"] * p.get("threads", 1) / e["primary"] / 2 ** 30
+                return e["primary"]
+            have_bytes = all(c["params"].get("bytes_per_cycle") for c in b["configs"])
             for a in allocs:
-                pts = [(c["x"], c["allocators"][a]["primary"], c["allocators"][a]["maxrss_kb"] / 1024.0)
+                pts = [(c["x"], speed(c, c["allocators"][a]), c["allocators"][a]["maxrss_kb"] / 1024.0)
                        for c in b["configs"] if a in c["allocators"] and "primary" in c["allocators"][a]]
                 if pts:
                     a1.plot([p[0] for p in pts], [p[1] for p in pts], marker=MARKERS.get(a, "o"), color=color(a), label=a)
                     a2.plot([p[0] for p in pts], [p[2] for p in pts], marker=MARKERS.get(a, "o"), color=color(a), label=a)
             xs = [c["x"] for c in b["configs"]]
-            for ax, yl in ((a1, "seconds (log)"), (a2, "peak RSS, MiB (log)")):
+            y1 = "GiB allocated per second (log, higher is better)" if have_bytes else "seconds (log)"
+            for ax, yl in ((a1, y1), (a2, "peak RSS, MiB (log)")):
                 ax.set_yscale("log")
                 ax.set_xticks(xs)
                 ax.set_xticklabels(["2^%d" % x for x in xs])
                 ax.set_xlabel("object sizes [2^x, 2^(x+2)) bytes")
                 ax.set_ylabel(yl)
                 ax.grid(True, alpha=0.3)
-            a1.set_title("sizesweep: time per size range, %s" % b["configs"][0]["key"].split()[0])
+            a1.set_title("sizesweep: %s per size range, %s" % ("allocation rate" if have_bytes else "time",
+                                                                b["configs"][0]["key"].split()[0]))
             a2.set_title("sizesweep: peak RSS")
             a1.legend(fontsize=8)
             save(fig, "sizesweep.png")
