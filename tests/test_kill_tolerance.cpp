@@ -615,7 +615,8 @@ TEST_CASE("threads frozen forever in the middle of malloc/free (hundreds of them
 
   CHECK(g_errors.load() == 0);
   CHECK(start_failures == 0);
-  CHECK(frozen >= 100);
+  // Hundreds in make test (20 s); a shorter run (SOAK_SECONDS < 20) needs fewer.
+  CHECK(frozen >= uint64_t(std::min(100.0, 5 * seconds)));
   CHECK(ops_after_freezing > 0);
   // The frozen threads stay frozen: they are not joined, and exit ends them.
 }
