@@ -103,7 +103,7 @@ bool intact(const std::vector<void*>& v) {
 }  // namespace
 
 TEST_CASE("at the address-space limit malloc, calloc, realloc, aligned allocation fail with ENOMEM, new throws "
-          "bad_alloc, nothrow new returns nullptr; after freeing, everything works again") {
+          "bad_alloc, nothrow new returns nullptr, and after freeing everything works again") {
   int rc = in_child([]() -> int {
     size_t base = vm_size();
     EXPECT(2, base > 0);
