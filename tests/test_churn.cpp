@@ -10,6 +10,8 @@
 // Each phase measures the RSS (/proc/self/statm) early and late: late / early
 // must stay under 1.1, and the RSS must stay within a small factor of the
 // live bytes freeway reports (fw_stats).
+// 3. Phases of growing block sizes, each freed entirely: the reserved address
+//    space must not grow with every phase.
 //
 // Runs ~300 rounds + 10 s by default; SOAK_SECONDS=N runs each phase N seconds.
 #include <doctest/doctest.h>
@@ -344,4 +346,34 @@ TEST_CASE("producer-consumer: blocks allocated by producers and freed by consume
   // jemalloc 1.55. Twice the live data is a generous bound.
   CHECK(late / peak_live < 2.0);
   CHECK(fw_check_heap() == 0);
+}
+
+TEST_CASE("phases of growing block sizes (1 MiB to 64 MiB), each freed entirely, reuse the address space the "
+          "earlier phases freed: reserved address space stays bounded") {
+  // A long-running program whose working set moves to bigger blocks: 1 GiB in
+  // 1 MiB blocks, all freed, then 1 GiB in 2 MiB blocks, and so on. Freed runs
+  // of virtual spans must serve the larger runs later on; otherwise each phase
+  // reserves a new region, and the 1 TiB arena (kMaxRegions) runs out after
+  // about a thousand such phases even with no memory limit.
+  std::vector<void*> v;
+  v.reserve(1024);
+  uint64_t after_first = 0, after_last = 0;
+  for (size_t sz = size_t(1) << 20; sz <= (size_t(64) << 20); sz *= 2) {
+    for (size_t got = 0; got < (size_t(1) << 30); got += sz) {
+      void* p = malloc(sz);
+      REQUIRE(p != nullptr);
+      *static_cast<uint64_t*>(p) = sz;  // touch one page only
+      v.push_back(p);
+    }
+    for (void* p : v) free(p);
+    v.clear();
+    fw_stats_t s;
+    fw_stats(&s);
+    if (sz == (size_t(1) << 20)) after_first = s.reserved_bytes;
+    after_last = s.reserved_bytes;
+    std::printf("phases: 1 GiB in %zu MiB blocks, all freed: reserved %.0f MiB\n", sz >> 20,
+                double(s.reserved_bytes) / 1048576.0);
+  }
+  std::fflush(stdout);
+  CHECK(after_last <= after_first + (uint64_t(1) << 30));
 }
