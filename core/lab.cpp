@@ -81,7 +81,7 @@ Span* acquire_span(Lab* lab, unsigned c, void** list) {
   while (Span* s = reusable_pop(c)) {
     if (span_claim_reusable(s, c, lab, list)) return s;
   }
-  Span* s = pool_take_span();
+  Span* s = pool_take_span(class_info(c).span_bytes);
   if (s == nullptr || !span_make_hot(s, c, lab)) return nullptr;
   uint64_t every = uint64_t(option(Option::peak_sample));
   if (every > 0 && g_acquisitions.fetch_add(1, std::memory_order_relaxed) % every == 0) stats_sample_peak();

@@ -45,6 +45,7 @@ void zero_block(void* p, size_t size, uintptr_t base, uint64_t committed_before)
 // mode one right after it when the run has room.
 void place_guard(Span* head, uint32_t n, uint64_t bytes) {
   bool secure = secure_mode();
+  if (!secure) return;  // guard pages exist only in secure mode, which is fixed per process
   uint32_t hi = span_index(head);
   uint64_t guard_vspan = bytes >> kVspanShift;
   uint32_t page_in_vspan = uint32_t((bytes & (kVspanSize - 1)) / os::page_size()) + 1;
@@ -94,6 +95,12 @@ void* large_alloc(size_t size, size_t align, bool zero) {
   uintptr_t p = round_up(base, align);
   uint64_t before = head->committed.load(std::memory_order_relaxed);
   uint64_t bytes = round_up(p - base + size, os::page_size());
+  // A run reused for a smaller block gives back what the bigger one left
+  // committed, once the excess is worth a system call (64 KiB).
+  if (before > bytes + (64u << 10)) {
+    span_trim(head, bytes);
+    before = bytes;
+  }
   if (!span_commit(head, bytes)) {
     pool_give(head, n);
     return nullptr;

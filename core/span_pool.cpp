@@ -18,9 +18,10 @@ struct PoolLink {
 using SpanStack = TaggedStack<PoolLink>;
 
 constexpr unsigned kMaxPoolStacks = 64;
+constexpr unsigned kTiers = 4;  // committed: 0, <= 64 KiB, <= 256 KiB, more
 constexpr uint32_t kExactRuns = 64;                  // run stacks for lengths 2..64
 constexpr unsigned kLogRuns = 11;                    // 2^6 .. 2^10 vspans (1024 = a region)
-SpanStack g_single[kMaxPoolStacks];
+SpanStack g_single[kTiers][kMaxPoolStacks];
 SpanStack g_exact[kExactRuns + 1];
 SpanStack g_log[kLogRuns];                           // g_log[k]: runs of length in [2^k, 2^(k+1)), k >= 6
 std::atomic<unsigned> g_stack_count{0};
@@ -28,6 +29,8 @@ std::atomic<uint64_t> g_retained{0};
 std::atomic<uint64_t> g_committed{0};
 std::atomic<uint64_t> g_peak_committed{0};
 std::atomic<int64_t> g_pooled_spans{0};
+std::atomic<uint64_t> g_given_spans{0};     // spans ever given back (a run counts each)
+std::atomic<uint64_t> g_coalesced_at{0};    // g_given_spans when the pool was last merged
 
 unsigned stack_count() {
   unsigned n = g_stack_count.load(std::memory_order_relaxed);
@@ -42,6 +45,13 @@ unsigned stack_count() {
 }
 
 unsigned floor_log2(uint32_t v) { return 31u - unsigned(__builtin_clz(v)); }
+
+unsigned tier_of(uint64_t committed) {
+  if (committed == 0) return 0;
+  if (committed <= (64u << 10)) return 1;
+  if (committed <= (256u << 10)) return 2;
+  return 3;
+}
 
 void count_committed(int64_t delta) {
   uint64_t now = g_committed.fetch_add(uint64_t(delta), std::memory_order_relaxed) + uint64_t(delta);
@@ -67,7 +77,7 @@ void push_free(Span* head, uint32_t len) {
   g_pooled_spans.fetch_add(len, std::memory_order_relaxed);
   uint32_t i = span_index(head);
   if (len == 1)
-    g_single[os::cpu_id() % stack_count()].push(i);
+    g_single[tier_of(head->committed.load(std::memory_order_relaxed))][os::cpu_id() % stack_count()].push(i);
   else if (len <= kExactRuns)
     g_exact[len].push(i);
   else
@@ -109,6 +119,55 @@ void give_leftover(uint32_t index, uint32_t len) {
   }
 }
 
+// Gathers every free span and run from every stack and pushes them back as
+// maximal contiguous runs, so that spans freed one by one can serve a long run
+// instead of new address space. Lock-free: each pop and push is; the rest is
+// local work on spans this thread holds. A merged run keeps the committed
+// prefix of its first piece; the later pieces are decommitted (their pages
+// would not be a prefix). Returns true if a run of >= n spans exists afterwards.
+constexpr uint32_t kGathered = 0xffffffffu;  // `offset` of a gathered FREE span
+bool coalesce(uint32_t n) {
+  uint32_t chain = kNoIndex;
+  auto grab = [&](SpanStack& st) {
+    for (uint32_t i = st.pop(); i != kNoIndex; i = st.pop()) {
+      uint32_t len = span_at(i)->run_len.load(std::memory_order_relaxed);
+      Span* s = taken(i, len);
+      for (uint32_t k = 0; k < len; k++) span_at(i + k)->offset.store(kGathered, std::memory_order_relaxed);
+      s->pool_next.store(chain, std::memory_order_relaxed);
+      chain = i;
+    }
+  };
+  for (auto& tier : g_single)
+    for (auto& st : tier) grab(st);
+  for (auto& st : g_exact) grab(st);
+  for (auto& st : g_log) grab(st);
+  auto gathered = [](uint32_t i) { return span_at(i)->offset.load(std::memory_order_relaxed) == kGathered; };
+  // Every stretch starts at some gathered head: find the starts, measure, unmark.
+  uint32_t stretches = kNoIndex;
+  for (uint32_t h = chain; h != kNoIndex; h = span_at(h)->pool_next.load(std::memory_order_relaxed)) {
+    if (!gathered(h) || (h % kVspansPerRegion != 0 && gathered(h - 1))) continue;
+    uint32_t len = 0;
+    while (len < kVspansPerRegion && (len == 0 || (h + len) % kVspansPerRegion != 0) && gathered(h + len)) {
+      Span* piece = span_at(h + len);
+      piece->offset.store(0, std::memory_order_relaxed);
+      if (len > 0) decommit_span(piece);  // a later piece's pages: not part of the prefix
+      len++;
+    }
+    span_at(h)->run_len.store(len, std::memory_order_relaxed);
+    span_at(h)->large_size.store(stretches, std::memory_order_relaxed);
+    stretches = h;
+  }
+  bool found = false;
+  while (stretches != kNoIndex) {
+    Span* s = span_at(stretches);
+    stretches = uint32_t(s->large_size.load(std::memory_order_relaxed));
+    uint32_t len = s->run_len.load(std::memory_order_relaxed);
+    found |= len >= n;
+    push_free(s, len);
+  }
+  return found;
+}
+
 Span* fresh(uint32_t n) {
   if (!arena_init()) return nullptr;
   uint32_t left = 0, left_len = 0;
@@ -123,12 +182,22 @@ Span* fresh(uint32_t n) {
 
 }  // namespace
 
-Span* pool_take_span() {
+Span* pool_take_span(uint64_t want) {
   unsigned n = stack_count();
   unsigned home = os::cpu_id() % n;
-  for (unsigned k = 0; k < n; k++) {
-    uint32_t i = g_single[(home + k) % n].pop();
-    if (i != kNoIndex) return taken(i, 1);
+  // The matching tier first, then clean spans, then the others from the
+  // nearest: smaller ones commit more (free on Linux), bigger ones are trimmed.
+  unsigned t = tier_of(want);
+  static constexpr unsigned kOrder[kTiers][kTiers] = {{0, 1, 2, 3}, {1, 0, 2, 3}, {2, 0, 1, 3}, {3, 0, 2, 1}};
+  for (unsigned tier : kOrder[t]) {
+    for (unsigned k = 0; k < n; k++) {
+      uint32_t i = g_single[tier][(home + k) % n].pop();
+      if (i != kNoIndex) {
+        Span* s = taken(i, 1);
+        span_trim(s, want);
+        return s;
+      }
+    }
   }
   // No single span: split one off a run before reserving fresh address space.
   for (uint32_t m = 2; m <= kExactRuns; m++) {
@@ -138,8 +207,8 @@ Span* pool_take_span() {
   return fresh(1);
 }
 
-Span* pool_take_run(uint32_t n) {
-  if (n == 1) return pool_take_span();
+// A pooled run of at least n >= 2 spans, split to n; nullptr if none.
+static Span* take_pooled_run(uint32_t n) {
   if (n <= kExactRuns) {
     for (uint32_t m = n; m <= kExactRuns; m++) {
       uint32_t i = g_exact[m].pop();
@@ -147,20 +216,45 @@ Span* pool_take_run(uint32_t n) {
     }
   }
   // Runs in g_log[k] are at least 2^k long: start at the first k with 2^k >= n.
-  unsigned k = n <= 64 ? 6 : floor_log2(n - 1) + 1;
-  for (; k < kLogRuns; k++) {
+  for (unsigned k = n <= 64 ? 6 : floor_log2(n - 1) + 1; k < kLogRuns; k++) {
     uint32_t i = g_log[k].pop();
     if (i != kNoIndex) return split(i, span_at(i)->run_len.load(std::memory_order_relaxed), n);
   }
-  return fresh(n);
+  return nullptr;
+}
+
+Span* pool_take_run(uint32_t n) {
+  if (n == 1) return pool_take_span();
+  if (Span* s = take_pooled_run(n)) return s;
+  // Before taking new address space, merge the free spans if at least n have
+  // been given back since the last merge (so merging never repeats for nothing).
+  uint64_t given = g_given_spans.load(std::memory_order_relaxed);
+  uint64_t at = g_coalesced_at.load(std::memory_order_relaxed);
+  if (given - at >= n && pool_span_count() >= n && g_coalesced_at.compare_exchange_strong(at, given)) {
+    if (coalesce(n))
+      if (Span* s = take_pooled_run(n)) return s;
+  }
+  if (Span* s = fresh(n)) return s;
+  // No address space left for a new region: merge whatever is free and look again.
+  if (!coalesce(n)) return nullptr;
+  return take_pooled_run(n);
 }
 
 void pool_give(Span* head, uint32_t len) {
+  g_given_spans.fetch_add(len, std::memory_order_relaxed);
   uint64_t c = head->committed.load(std::memory_order_relaxed);
   uint64_t cap = uint64_t(option(Option::retain_mb)) << 20;
   uint64_t big = uint64_t(option(Option::decommit_kb)) << 10;
   if (c > 0 && (c > big || g_retained.load(std::memory_order_relaxed) + c > cap)) decommit_span(head);
   push_free(head, len);
+}
+
+void span_trim(Span* s, uint64_t bytes) {
+  uint64_t c = s->committed.load(std::memory_order_relaxed);
+  if (c <= bytes) return;
+  os::decommit(reinterpret_cast<void*>(span_base(s) + bytes), c - bytes);
+  s->committed.store(bytes, std::memory_order_relaxed);
+  count_committed(-int64_t(c - bytes));
 }
 
 bool span_commit(Span* s, uint64_t bytes) {
@@ -196,7 +290,8 @@ void pool_collect() {
       push_free(s, len);
     }
   };
-  for (auto& st : g_single) drain(st);
+  for (auto& tier : g_single)
+    for (auto& st : tier) drain(st);
   for (auto& st : g_exact) drain(st);
   for (auto& st : g_log) drain(st);
 }
@@ -225,7 +320,8 @@ bool pool_is_valid() {
       i = s->pool_next.load(std::memory_order_relaxed) - 1;
     }
   };
-  for (auto& st : g_single) walk(st, 1, 1);
+  for (auto& tier : g_single)
+    for (auto& st : tier) walk(st, 1, 1);
   for (uint32_t m = 2; m <= kExactRuns; m++) walk(g_exact[m], m, m);
   for (unsigned k = 6; k < kLogRuns; k++) walk(g_log[k], 1u << k, (2u << k) - 1);
   if (retained != g_retained.load(std::memory_order_relaxed))

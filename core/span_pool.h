@@ -1,8 +1,12 @@
 // core/span_pool.h: where free virtual spans wait (scalloc §3.3).
 //
 // Single free spans sit in per-CPU lock-free stacks (TaggedStack over the
-// descriptors' pool_next link): a thread pushes to and pops from the stack of
-// the CPU it runs on, and takes from the others only when its own is empty.
+// descriptors' pool_next link), one set per commit tier (nothing committed,
+// up to 64 KiB, up to 256 KiB, more): a thread pushes to and pops from the
+// stack of the CPU it runs on, and takes from the others only when its own is
+// empty. A span is taken from the tier that matches what the caller will
+// commit, so reuse neither faults pages in nor keeps stale ones; a span taken
+// from a higher tier gives its excess pages back first.
 // Free runs of 2 or more contiguous spans (what large objects are made of) sit
 // in run stacks keyed by length: exact lengths up to 64, then one stack per
 // power of two. A run popped for n spans is split and the rest pushed back.
@@ -23,9 +27,10 @@
 
 namespace fw {
 
-// Takes one free virtual span (pooled or fresh). The caller holds it
-// exclusively, in state FREE. nullptr when the OS has no more memory.
-Span* pool_take_span();
+// Takes one free virtual span (pooled or fresh) for a use that commits `want`
+// bytes; whatever it had committed beyond that is decommitted. The caller holds
+// it exclusively, in state FREE. nullptr when the OS has no more memory.
+Span* pool_take_span(uint64_t want = 0);
 // Takes a run of n contiguous free virtual spans (n >= 1); returns the head.
 Span* pool_take_run(uint32_t n);
 // Gives a free span (run_len 1) or run head (run_len n) back. Its state must
@@ -34,6 +39,8 @@ void pool_give(Span* head, uint32_t run_len);
 
 // Makes the first `bytes` of the span's address range usable (and counts them).
 bool span_commit(Span* s, uint64_t bytes);
+// Gives back what the span (or run head) committed beyond its first `bytes`.
+void span_trim(Span* s, uint64_t bytes);
 
 // Forgets the span's committed bytes without decommitting (its region is about
 // to be unmapped as a whole).

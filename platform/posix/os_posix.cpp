@@ -62,6 +62,34 @@ size_t cpu_count() {
 
 void* reserve_aligned(size_t size, size_t align) {
   int prot = kFeatures.commit_is_noop ? (PROT_READ | PROT_WRITE) : PROT_NONE;
+  // First try exactly `size`: where the kernel puts it, then at the aligned
+  // addresses just below and above (the kernel hands out addresses top-down,
+  // so below is usually free), so that under an address-space limit
+  // (RLIMIT_AS) a reservation never needs size + align of room.
+  void* exact = mmap(nullptr, size, prot, map_flags(), -1, 0);
+  if (exact != MAP_FAILED) {
+    uintptr_t e = reinterpret_cast<uintptr_t>(exact);
+    if ((e & (align - 1)) == 0) {
+#ifdef MADV_NOHUGEPAGE
+      madvise(exact, size, MADV_NOHUGEPAGE);
+#endif
+      return exact;
+    }
+    munmap(exact, size);
+    uintptr_t down = e & ~(uintptr_t(align) - 1);
+    for (uintptr_t h : {down, down + align}) {
+      if (h == 0) continue;
+      void* hint = reinterpret_cast<void*>(h);
+      void* again = mmap(hint, size, prot, map_flags(), -1, 0);
+      if (again == hint) {
+#ifdef MADV_NOHUGEPAGE
+        madvise(again, size, MADV_NOHUGEPAGE);
+#endif
+        return again;
+      }
+      if (again != MAP_FAILED) munmap(again, size);
+    }
+  }
   size_t span = size + align;
   if (span < size) return nullptr;
   void* raw = mmap(nullptr, span, prot, map_flags(), -1, 0);
@@ -104,7 +132,24 @@ void* alloc_metadata(size_t size) {
   return p == MAP_FAILED ? nullptr : p;
 }
 
+#if defined(__linux__) && defined(__x86_64__)
+// glibc (2.35+) registers a restartable-sequence area for every thread and
+// exports where it is; the kernel keeps its cpu_id field current. Weak, so an
+// older glibc leaves them null and sched_getcpu is used instead.
+extern "C" const ptrdiff_t __rseq_offset __attribute__((weak));
+extern "C" const unsigned int __rseq_size __attribute__((weak));
+#endif
+
 unsigned cpu_id() {
+#if defined(__linux__) && defined(__x86_64__)
+  if (&__rseq_size != nullptr && __rseq_size >= 8) {
+    // struct rseq { u32 cpu_id_start; u32 cpu_id; ... } at thread pointer + offset.
+    const volatile uint32_t* rs = reinterpret_cast<const volatile uint32_t*>(
+        static_cast<char*>(__builtin_thread_pointer()) + __rseq_offset);
+    int32_t c = int32_t(rs[1]);
+    if (c >= 0) return unsigned(c);
+  }
+#endif
 #if defined(__linux__)
   int c = sched_getcpu();
   return c < 0 ? 0u : unsigned(c);
