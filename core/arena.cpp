@@ -71,22 +71,18 @@ void region_unpublish(uint32_t r) {
   g_reserved.fetch_sub(size, std::memory_order_relaxed);
 }
 
-// Reserves and publishes a new arena region; returns its id or kNoIndex.
-uint32_t region_new_arena() {
+// Reserves size bytes aligned to align, inside the address range the region
+// map covers, and publishes them as a region of the given kind. Returns its id,
+// or kNoIndex with everything given back.
+uint32_t region_new(size_t size, size_t align, RegionKind kind) {
   uint32_t r = region_id_alloc();
   if (r == kNoIndex) return kNoIndex;
-  void* base = os::reserve_aligned(kRegionSize, kRegionSize);
-  if (base == nullptr || (reinterpret_cast<uintptr_t>(base) >> kAddressBits) != 0) {
-    if (base) os::release(base, kRegionSize);
-    g_free_region_ids.push(r);
-    return kNoIndex;
-  }
-  if (!region_publish(r, reinterpret_cast<uintptr_t>(base), kRegionSize, kRegionArena)) {
-    os::release(base, kRegionSize);
-    g_free_region_ids.push(r);
-    return kNoIndex;
-  }
-  return r;
+  void* base = os::reserve_aligned(size, align);
+  uintptr_t b = reinterpret_cast<uintptr_t>(base);
+  if (base != nullptr && ((b + size - 1) >> kAddressBits) == 0 && region_publish(r, b, size, kind)) return r;
+  if (base != nullptr) os::release(base, size);
+  g_free_region_ids.push(r);
+  return kNoIndex;
 }
 
 }  // namespace
@@ -119,7 +115,7 @@ uint32_t arena_fresh_vspans(uint32_t n, uint32_t* leftover, uint32_t* leftover_l
           return (cur - 1) * kVspansPerRegion + v;
       }
     }
-    uint32_t fresh = region_new_arena();
+    uint32_t fresh = region_new(kRegionSize, kRegionSize, kRegionArena);
     if (fresh == kNoIndex) return kNoIndex;
     if (g_current_region.compare_exchange_strong(cur, fresh + 1, std::memory_order_acq_rel,
                                                  std::memory_order_acquire)) {
@@ -145,21 +141,7 @@ uint32_t arena_huge_reserve(size_t size, size_t align) {
   if (rounded < size || rounded == 0 || rounded > (size_t(1) << kAddressBits)) return kNoIndex;
   if (align < kRegionSize) align = kRegionSize;
   if (align > (size_t(1) << (kAddressBits - 1))) return kNoIndex;
-  uint32_t r = region_id_alloc();
-  if (r == kNoIndex) return kNoIndex;
-  void* base = os::reserve_aligned(rounded, align);
-  if (base == nullptr ||
-      ((reinterpret_cast<uintptr_t>(base) + rounded - 1) >> kAddressBits) != 0) {
-    if (base) os::release(base, rounded);
-    g_free_region_ids.push(r);
-    return kNoIndex;
-  }
-  if (!region_publish(r, reinterpret_cast<uintptr_t>(base), rounded, kRegionHuge)) {
-    os::release(base, rounded);
-    g_free_region_ids.push(r);
-    return kNoIndex;
-  }
-  return r;
+  return region_new(rounded, align, kRegionHuge);
 }
 
 void arena_huge_release(uint32_t r) {
