@@ -1,0 +1,12 @@
+#!/bin/sh
+# libfreeway.so must not import any locking primitive: no mutex, rwlock,
+# spinlock, condition variable, once-guard or futex call can then run inside
+# freeway (the promise of Michael 2004 section 1: lock-free throughout).
+set -eu
+lib=$1
+imports=$(nm -D --undefined-only "$lib" | awk '{print $NF}')
+bad=$(printf '%s\n' "$imports" | grep -E 'pthread_(mutex|rwlock|spin|cond|once|barrier)|__cxa_guard|futex|sem_(wait|post)|^syscall' || true)
+if [ -n "$bad" ]; then
+  echo "libfreeway.so imports locking functions:"; echo "$bad"; exit 1
+fi
+echo "libfreeway.so imports $(printf '%s\n' "$imports" | wc -l) symbols, none of them a lock"
