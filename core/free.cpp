@@ -24,6 +24,7 @@ void free_slow(Lab* lab, void* p, Span* d) {
   if (state == kHot || state == kFull || state == kPartial) {
     unsigned c = d->cls.load(std::memory_order_relaxed);
     bool placeholder = mine == &g_lab_empty || mine == &g_lab_busy || mine == &g_lab_dead;
+    if (!placeholder && d == mine->pending_span) span_check_free(d, p);  // the fast path's check failed: report
     if (!placeholder && d->owner.load(std::memory_order_relaxed) == mine) {
       // Our own span: either the fast path's block check failed (this reports
       // it), or the thread's first call found a LAB that already owns the span.
@@ -31,6 +32,10 @@ void free_slow(Lab* lab, void* p, Span* d) {
       set_canary(p);
       block_link(p, mine->free[c]);
       mine->free[c] = p;
+    } else if (!placeholder) {
+      span_check_free(d, p);
+      set_canary(p);
+      lab_defer_free(mine, d, p);  // batched: one CAS per run of frees into one span
     } else {
       span_free_remote(d, p);
     }

@@ -113,9 +113,33 @@ Lab* lab_take_transient() {
   return lab;
 }
 
-void lab_put_transient(Lab* lab) { lab_put(lab); }
+void lab_put_transient(Lab* lab) {
+  lab_flush_pending(lab);
+  lab_put(lab);
+}
+
+void lab_flush_pending(Lab* lab) {
+  Span* s = lab->pending_span;
+  if (s == nullptr) return;
+  span_free_list(s, lab->pending_head, lab->pending_tail, lab->pending_count);
+  lab->pending_span = nullptr;
+  lab->pending_head = lab->pending_tail = nullptr;
+  lab->pending_count = 0;
+}
+
+void lab_defer_free(Lab* lab, Span* s, void* p) {
+  if (lab->pending_span != s) {
+    lab_flush_pending(lab);
+    lab->pending_span = s;
+    lab->pending_tail = p;
+  }
+  block_link(p, lab->pending_head);
+  lab->pending_head = p;
+  lab->pending_count++;
+}
 
 void lab_flush(Lab* lab) {
+  lab_flush_pending(lab);
   for (unsigned c = 0; c < kClassCount; c++) {
     if (lab->hot[c] == nullptr) continue;
     span_release(lab->hot[c], lab->free[c]);
@@ -152,6 +176,10 @@ uint64_t lab_threads_created() { return g_threads_created.load(std::memory_order
 
 bool lab_is_valid(const Lab* lab) {
   bool ok = true;
+  uint32_t pending = 0;
+  for (void* b = lab->pending_head; b != nullptr && pending <= lab->pending_count; b = block_next(b)) pending++;
+  if (pending != lab->pending_count || ((lab->pending_span == nullptr) != (pending == 0)))
+    ok = report_invariant("lab: pending chain does not match its count", pending);
   for (unsigned c = 0; c < kClassCount; c++) {
     const Span* s = lab->hot[c];
     if (s == nullptr) {

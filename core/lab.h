@@ -27,6 +27,9 @@
 //                          free[c] lists only blocks of hot[c]
 //   allocs[c], frees[c] are written only by the LAB's holder (relaxed); a
 //   thread frees into another thread's span counts the free in its own LAB.
+//   pending_span == nullptr  <=>  pending_count == 0; otherwise the chain from
+//   pending_head to pending_tail holds pending_count checked, canaried blocks
+//   of pending_span, which still counts them as in use.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -42,6 +45,13 @@ enum LabKind : uint32_t { kLabIdle = 0, kLabThread = 1, kLabTransient = 2, kLabP
 struct Lab {
   void* free[kClassCount];  // first: the fast path indexes it from the LAB pointer
   Span* hot[kClassCount];
+  // Blocks freed into one span this LAB does not own, not yet given to it:
+  // freeing into the same span again is plain pointer work; the chain goes to
+  // the span in one CAS when a free hits another span, or the LAB is flushed.
+  Span* pending_span;
+  void* pending_head;
+  void* pending_tail;
+  uint32_t pending_count;
   std::atomic<uint64_t> allocs[kClassCount];
   std::atomic<uint64_t> frees[kClassCount];
   std::atomic<uint32_t> kind;
@@ -76,8 +86,13 @@ Lab* lab_bind_thread();
 // A LAB for one operation; give it back with lab_put_transient.
 Lab* lab_take_transient();
 void lab_put_transient(Lab* lab);
-// Releases every hot span of lab (its holder calls this).
+// Releases every hot span of lab and gives its pending frees to their span
+// (its holder calls this).
 void lab_flush(Lab* lab);
+// Frees checked block p of span s (not owned by lab) through lab's pending chain.
+void lab_defer_free(Lab* lab, Span* s, void* p);
+// Gives lab's pending chain to its span.
+void lab_flush_pending(Lab* lab);
 // Allocation from lab for class c when free[c] is empty: collect remote frees,
 // carve, or take a span. nullptr when out of memory.
 void* lab_refill(Lab* lab, unsigned c);

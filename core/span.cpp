@@ -217,23 +217,26 @@ void span_check_free(const Span* s, const void* p) {
 }
 
 void span_free_remote(Span* s, void* p) {
-  uintptr_t base = span_base(s);
   span_check_free(s, p);
   set_canary(p);
-  uint32_t index = block_index(base, p);
+  span_free_list(s, p, p, 1);
+}
+
+void span_free_list(Span* s, void* head, void* tail, uint32_t n) {
+  uintptr_t base = span_base(s);
+  uint32_t index = block_index(base, head);
   uint64_t w = s->anchor.load(std::memory_order_acquire);
   After after;
   for (;;) {
     Anchor a = Anchor::unpack(w);
     if (a.state != kHot && a.state != kFull && a.state != kPartial)
-      report_misuse("double free (or free of a block not in use):", p);
-    block_link(p, block_at(base, a.head));
-    Anchor next{index, a.count + 1, a.state, a.linked, a.tag};
+      report_misuse("double free (or free of a block not in use):", head);
+    block_link(tail, block_at(base, a.head));
+    Anchor next{index, a.count + n, a.state, a.linked, a.tag};
     after = After::kNothing;
     if (a.state != kHot) {
-      if (a.count + 1 > s->carved.load(std::memory_order_relaxed))
-        report_misuse("double free of", p);
-      after = settle(s, a, a.count + 1, next);
+      if (a.count + n > s->carved.load(std::memory_order_relaxed)) report_misuse("double free of", head);
+      after = settle(s, a, a.count + n, next);
     }
     if (anchor_cas(s, w, next)) break;
   }

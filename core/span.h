@@ -146,6 +146,10 @@ void span_release(Span* s, void* local);
 // Any thread but the owner: frees block p of small span s.
 void span_free_remote(Span* s, void* p);
 
+// Any thread but the owner: frees n checked blocks of span s at once, chained
+// from head to tail through their links (one CAS for the whole chain).
+void span_free_list(Span* s, void* head, void* tail, uint32_t n);
+
 // Stops the process with a message unless p is the start of a carved block of
 // s that is not free already (secure.h).
 void span_check_free(const Span* s, const void* p);

@@ -97,3 +97,31 @@ TEST_CASE("a thread's LAB goes back to the idle stack at exit and is reused by t
   fw_stats(&s);
   CHECK(s.threads_created >= 2);
 }
+
+TEST_CASE("frees into a span the thread let float are batched and reach the span in one step") {
+  std::thread([] {
+    // Enough 64-byte blocks to fill several spans: all but the last are floated (FULL).
+    std::vector<void*> v;
+    for (int i = 0; i < 3 * 1024 + 10; i++) v.push_back(fw_malloc(64));
+    Span* first = span_of(v[0]);
+    REQUIRE(Anchor::unpack(first->anchor.load()).state == kFull);
+    std::vector<void*> mine, others;
+    for (void* p : v) (span_of(p) == first ? mine : others).push_back(p);
+    for (void* p : mine) fw_free(p);
+    // Every block of `first` is free, but the frees wait in the LAB's pending chain.
+    CHECK(tls_lab->pending_span == first);
+    CHECK(tls_lab->pending_count == mine.size());
+    CHECK(Anchor::unpack(first->anchor.load()).state == kFull);
+    CHECK(fw_check_heap() == 0);  // the block equation counts pending blocks as free
+    // A free into another floated span flushes the chain: `first` is empty, so it is FREE.
+    void* other = nullptr;
+    for (void* p : others)
+      if (span_of(p)->owner.load() != tls_lab) other = p;
+    REQUIRE(other != nullptr);
+    fw_free(other);
+    CHECK(Anchor::unpack(first->anchor.load()).state == kFree);
+    for (void* p : others)
+      if (p != other) fw_free(p);
+    CHECK(fw_check_heap() == 0);
+  }).join();
+}
