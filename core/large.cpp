@@ -89,15 +89,16 @@ void* large_alloc(size_t size, size_t align, bool zero) {
   if (!arena_init()) return nullptr;  // this may be the process's first allocation
   if (total > kLargeMax) return huge_alloc(size, align, zero);
   uint32_t n = uint32_t((total + kVspanSize - 1) >> kVspanShift);
-  Span* head = pool_take_run(n);
+  Span* head = pool_take_run(n, round_up(total, os::page_size()));
   if (head == nullptr) return nullptr;
   uintptr_t base = span_base(head);
   uintptr_t p = round_up(base, align);
   uint64_t before = head->committed.load(std::memory_order_relaxed);
   uint64_t bytes = round_up(p - base + size, os::page_size());
-  // A run reused for a smaller block gives back what the bigger one left
-  // committed, once the excess is worth a system call (64 KiB).
-  if (before > bytes + (64u << 10)) {
+  // A run reused for a much smaller block gives back what the bigger one left
+  // committed: when the excess is more than the block needs (and 64 KiB), so
+  // that blocks of varying sizes reusing a run do not trim and fault each time.
+  if (before > 2 * bytes + (64u << 10)) {
     span_trim(head, bytes);
     before = bytes;
   }

@@ -223,8 +223,8 @@ static Span* take_pooled_run(uint32_t n) {
   return nullptr;
 }
 
-Span* pool_take_run(uint32_t n) {
-  if (n == 1) return pool_take_span();
+Span* pool_take_run(uint32_t n, uint64_t want) {
+  if (n == 1) return pool_take_span(want);
   if (Span* s = take_pooled_run(n)) return s;
   // Before taking new address space, merge the free spans if at least n have
   // been given back since the last merge (so merging never repeats for nothing).

@@ -30,9 +30,10 @@ namespace fw {
 // Takes one free virtual span (pooled or fresh) for a use that commits `want`
 // bytes; whatever it had committed beyond that is decommitted. The caller holds
 // it exclusively, in state FREE. nullptr when the OS has no more memory.
-Span* pool_take_span(uint64_t want = 0);
-// Takes a run of n contiguous free virtual spans (n >= 1); returns the head.
-Span* pool_take_run(uint32_t n);
+Span* pool_take_span(uint64_t want);
+// Takes a run of n contiguous free virtual spans (n >= 1) for a block that
+// will commit `want` bytes of it; returns the head.
+Span* pool_take_run(uint32_t n, uint64_t want);
 // Gives a free span (run_len 1) or run head (run_len n) back. Its state must
 // already be FREE; the caller must not touch it afterwards.
 void pool_give(Span* head, uint32_t run_len);

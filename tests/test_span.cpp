@@ -22,7 +22,7 @@ Anchor anchor_of(const Span* s) { return Anchor::unpack(s->anchor.load()); }
 // A hot span of class c with every block carved; returns the blocks in order.
 std::vector<void*> hot_span_all_carved(Span*& s, unsigned c) {
   REQUIRE(arena_init());
-  s = pool_take_span();
+  s = pool_take_span(0);
   REQUIRE(s != nullptr);
   REQUIRE(span_make_hot(s, c, &g_owner));
   std::vector<void*> blocks;
@@ -146,7 +146,7 @@ TEST_CASE("a span recycled into another class while linked is moved to its class
   // The pool hands the same span out for class b (pool is LIFO on this CPU).
   Span* again = nullptr;
   std::vector<Span*> others;
-  while ((again = pool_take_span()) != s) {
+  while ((again = pool_take_span(0)) != s) {
     REQUIRE(again != nullptr);
     others.push_back(again);
   }
@@ -199,7 +199,7 @@ TEST_CASE("releasing a hot span settles it by its free count") {
   }
   SUBCASE("mostly uncarved: PARTIAL") {
     REQUIRE(arena_init());
-    Span* s = pool_take_span();
+    Span* s = pool_take_span(0);
     REQUIRE(span_make_hot(s, c, &g_owner));
     void* list = span_carve(s);  // a first batch; the rest stays uncarved
     void* first = list;

@@ -6,19 +6,20 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "core/options.h"
 #include "core/span_pool.h"
 
 using namespace fw;
 
 TEST_CASE("a span given to the pool is handed out again before fresh address space") {
-  Span* s = pool_take_span();
+  Span* s = pool_take_span(0);
   REQUIRE(s != nullptr);
   uint32_t regions = arena_region_count();
   pool_give(s, 1);
   std::vector<Span*> taken;
   bool found = false;
   for (int i = 0; i < 4096 && !found; i++) {
-    Span* t = pool_take_span();
+    Span* t = pool_take_span(0);
     REQUIRE(t != nullptr);
     taken.push_back(t);
     found = t == s;
@@ -30,15 +31,15 @@ TEST_CASE("a span given to the pool is handed out again before fresh address spa
 }
 
 TEST_CASE("a run is split and its rest stays available as a shorter run") {
-  Span* run = pool_take_run(10);
+  Span* run = pool_take_run(10, 0);
   REQUIRE(run != nullptr);
   CHECK(run->run_len.load() == 10);
   uint32_t head = span_index(run);
   pool_give(run, 10);
-  Span* part = pool_take_run(7);
+  Span* part = pool_take_run(7, 0);
   REQUIRE(part != nullptr);
   CHECK(span_index(part) == head);  // the exact-length stack for 10 was the first fit
-  Span* rest = pool_take_run(3);
+  Span* rest = pool_take_run(3, 0);
   REQUIRE(rest != nullptr);
   CHECK(span_index(rest) == head + 7);
   pool_give(part, 7);
@@ -50,13 +51,13 @@ TEST_CASE("committed memory kept in the pool stays under the retain limit") {
   // Commit many spans, give them all back: most must be decommitted.
   std::vector<Span*> spans;
   for (int i = 0; i < 200; i++) {
-    Span* s = pool_take_span();
+    Span* s = pool_take_span(0);
     REQUIRE(s != nullptr);
     REQUIRE(span_commit(s, 1 << 20));
     spans.push_back(s);
   }
   for (Span* s : spans) pool_give(s, 1);
-  CHECK(pool_retained_bytes() <= (uint64_t(16) << 20));
+  CHECK(pool_retained_bytes() <= (uint64_t(option(Option::retain_mb)) << 20));
   CHECK(pool_is_valid());
   pool_collect();
   CHECK(pool_retained_bytes() == 0);
@@ -80,7 +81,7 @@ TEST_CASE("concurrent takes and gives never hand one span to two threads") {
           pool_give(mine[k], 1);
           mine[k] = nullptr;
         } else {
-          Span* s = pool_take_span();
+          Span* s = pool_take_span(0);
           if (s == nullptr) {
             errors++;
             continue;
