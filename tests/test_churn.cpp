@@ -18,47 +18,25 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <pthread.h>
 #include <thread>
-#include <time.h>
 #include <unistd.h>
 #include <vector>
 
 #include "freeway.h"
+#include "test_util.h"
 
 namespace {
 
-uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
-
-void sleep_ns(uint64_t ns) {
-  timespec ts{time_t(ns / 1000000000ull), long(ns % 1000000000ull)};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
-double soak_seconds() {
-  const char* s = getenv("SOAK_SECONDS");
-  return s ? atof(s) : 0;
-}
-
-double rss_bytes() {
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  unsigned long size = 0, rss = 0;
-  if (f) {
-    if (std::fscanf(f, "%lu %lu", &size, &rss) != 2) rss = 0;
-    std::fclose(f);
-  }
-  return double(rss) * double(sysconf(_SC_PAGESIZE));
-}
+using fwtest::now_ns;
+using fwtest::Rng;
+using fwtest::rss_bytes;
+using fwtest::sleep_ns;
+using fwtest::soak_seconds;
 
 double live_bytes() {
   fw_stats_t s;
@@ -66,33 +44,10 @@ double live_bytes() {
   return double(s.live_bytes);
 }
 
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  }
-};
-
-// Self-describing blocks (>= 16 bytes), every byte written (so RSS is real).
-constexpr uint64_t kMagic = 0xc4a2000000000000ull;
-void fill(void* p, size_t n, uint64_t tag) {
-  uint64_t h[2] = {n ^ kMagic, tag};
-  std::memcpy(p, h, 16);
-  std::memset(static_cast<char*>(p) + 16, int(tag & 0xff), n - 16);
-}
-bool verify_self(const void* p) {
-  uint64_t h[2];
-  std::memcpy(h, p, 16);
-  size_t n = size_t(h[0] ^ kMagic);
-  if (n < 16 || n > (4u << 20)) return false;
-  const unsigned char* c = static_cast<const unsigned char*>(p);
-  for (size_t i = 16; i < n; i += (n > 8192 && i > 2048 && i + 2048 < n) ? 97 : 1)
-    if (c[i] != (unsigned char)h[1]) return false;
-  return true;
-}
+// Self-describing blocks (>= 16 bytes), every byte written (so RSS is real)
+// (fwtest::SelfBlocks; at most 4 MiB, big blocks checked with a stride of 97
+// between their first and last 2 KiB).
+constexpr fwtest::SelfBlocks kBlock{0xc4a2000000000000ull, 4u << 20, 8192, 2048, 97};
 
 size_t pick_size(Rng& r) {
   uint64_t k = r.next() % 1000;
@@ -107,21 +62,15 @@ std::atomic<bool> g_watchdog_stop{false};
 const char* volatile g_phase = "start";
 
 void* watchdog(void*) {
-  uint64_t last = g_progress.load(), since = now_ns();
-  while (!g_watchdog_stop.load()) {
-    sleep_ns(100000000);
-    uint64_t v = g_progress.load();
-    if (v != last) {
-      last = v;
-      since = now_ns();
-    } else if (now_ns() - since > 30000000000ull) {
-      const char* ph = g_phase;
-      char m[256];
-      int n = std::snprintf(m, sizeof m, "WATCHDOG: no progress for 30 s in phase '%s' (deadlock?)\n", ph);
-      ssize_t w = write(2, m, size_t(n));
-      (void)w;
-      _exit(70);
-    }
+  fwtest::Watched w{"progress", &g_progress, 0, 0};
+  fwtest::watch_from_now(&w, 1);
+  // Every 100 ms until stopped.
+  if (fwtest::wait_for_stall(&w, 1, g_watchdog_stop, 100000000, 30)) {
+    const char* ph = g_phase;
+    char m[256];
+    int n = std::snprintf(m, sizeof m, "WATCHDOG: no progress for 30 s in phase '%s' (deadlock?)\n", ph);
+    fwtest::write_fd(2, m, size_t(n));
+    _exit(70);
   }
   return nullptr;
 }
@@ -146,7 +95,7 @@ TEST_CASE("hundreds of rounds of thread recreation, each freeing the previous ro
   WatchdogGuard wd;
   const int kThreads = 4;
   const size_t kBlocks = 24000;  // live blocks (~70 MiB), split among the threads
-  double seconds = soak_seconds();
+  double seconds = soak_seconds(0);
   int min_rounds = 300;
   std::vector<void*> prev(kBlocks, nullptr), next(kBlocks, nullptr);
   std::atomic<uint64_t> errors{0};
@@ -169,7 +118,7 @@ TEST_CASE("hundreds of rounds of thread recreation, each freeing the previous ro
           // allocate one: the live data stays the same size throughout.
           size_t j = size_t(t) + kThreads * ((k * 7919 + size_t(round)) % share);
           if (prev[j]) {
-            if (!verify_self(prev[j])) errors++;
+            if (!kBlock.verify_self(prev[j])) errors++;
             free(prev[j]);
             prev[j] = nullptr;
           }
@@ -180,12 +129,12 @@ TEST_CASE("hundreds of rounds of thread recreation, each freeing the previous ro
             errors++;
             continue;
           }
-          fill(p, n, r.next());
+          kBlock.fill(p, n, r.next());
           g_progress.fetch_add(1, std::memory_order_relaxed);
         }
         for (size_t i = size_t(t); i < kBlocks; i += kThreads)
           if (prev[i]) {
-            if (!verify_self(prev[i])) errors++;
+            if (!kBlock.verify_self(prev[i])) errors++;
             free(prev[i]);
             prev[i] = nullptr;
           }
@@ -209,7 +158,7 @@ TEST_CASE("hundreds of rounds of thread recreation, each freeing the previous ro
   double live_end = live_bytes(), rss_end = rss_bytes();
   for (void* p : prev)
     if (p) {
-      if (!verify_self(p)) errors++;
+      if (!kBlock.verify_self(p)) errors++;
       free(p);
     }
   fw_stats_t s;
@@ -261,7 +210,7 @@ TEST_CASE("producer-consumer: blocks allocated by producers and freed by consume
           "(late/early < 1.1) and near the live bytes") {
   g_phase = "producer-consumer";
   WatchdogGuard wd;
-  double seconds = soak_seconds() > 0 ? soak_seconds() : 10;
+  double seconds = soak_seconds(10);
   constexpr int kPairs = 2;
   static Ring rings[kPairs];
   std::atomic<bool> stop{false};
@@ -279,7 +228,7 @@ TEST_CASE("producer-consumer: blocks allocated by producers and freed by consume
           errors++;
           continue;
         }
-        fill(p, n, r.next());
+        kBlock.fill(p, n, r.next());
         while (!rings[i].push(p)) {
           if (stop.load()) {
             free(p);
@@ -298,7 +247,7 @@ TEST_CASE("producer-consumer: blocks allocated by producers and freed by consume
           sched_yield();
           continue;
         }
-        if (!verify_self(p)) errors++;
+        if (!kBlock.verify_self(p)) errors++;
         free(p);
         consumed.fetch_add(1, std::memory_order_relaxed);
         g_progress.fetch_add(1, std::memory_order_relaxed);
@@ -317,7 +266,7 @@ TEST_CASE("producer-consumer: blocks allocated by producers and freed by consume
   for (auto& t : ts) t.join();
   for (auto& r : rings)
     while (void* p = r.pop()) {
-      if (!verify_self(p)) errors++;
+      if (!kBlock.verify_self(p)) errors++;
       free(p);
     }
   double elapsed = double(now_ns() - t0) / 1e9;

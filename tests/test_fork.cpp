@@ -19,83 +19,23 @@
 #include <pthread.h>
 #include <sys/wait.h>
 #include <thread>
-#include <time.h>
 #include <unistd.h>
 #include <vector>
 
 #include "freeway.h"
+#include "test_util.h"
 
 namespace {
 
-uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
+using fwtest::Msg;
+using fwtest::now_ns;
+using fwtest::Rng;
+using fwtest::sleep_ns;
 
-void sleep_ns(uint64_t ns) {
-  timespec ts{time_t(ns / 1000000000ull), long(ns % 1000000000ull)};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
-struct Msg {
-  char buf[512];
-  size_t n = 0;
-  Msg& s(const char* t) {
-    while (*t && n < sizeof buf - 1) buf[n++] = *t++;
-    return *this;
-  }
-  Msg& u(uint64_t v) {
-    char t[24];
-    int k = 0;
-    do t[k++] = char('0' + v % 10), v /= 10;
-    while (v);
-    while (k && n < sizeof buf - 1) buf[n++] = t[--k];
-    return *this;
-  }
-  void to(int fd) {
-    buf[n++] = '\n';
-    ssize_t r = write(fd, buf, n);
-    (void)r;
-  }
-};
-
-double run_seconds(double dflt) {
-  const char* s = getenv("SOAK_SECONDS");
-  double v = s ? atof(s) : 0;
-  return v > 0 ? v : dflt;
-}
-
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  }
-};
-
-// Self-describing blocks (>= 16 bytes): {n ^ kMagic, tag}, then the tag byte.
-constexpr uint64_t kMagic = 0xf0f0c0de00000000ull;
-
-void fill(void* p, size_t n, uint64_t tag) {
-  uint64_t h[2] = {n ^ kMagic, tag};
-  std::memcpy(p, h, 16);
-  std::memset(static_cast<char*>(p) + 16, int(tag & 0xff), n - 16);
-}
-
-bool verify_self(const void* p) {
-  uint64_t h[2];
-  std::memcpy(h, p, 16);
-  size_t n = size_t(h[0] ^ kMagic);
-  if (n < 16 || n > (4u << 20)) return false;
-  const unsigned char* c = static_cast<const unsigned char*>(p);
-  for (size_t i = 16; i < n; i += (n > 16384 && i > 4096 && i + 4096 < n) ? 509 : 1)
-    if (c[i] != (unsigned char)h[1]) return false;
-  return true;
-}
+// Self-describing blocks (>= 16 bytes): {n ^ magic, tag}, then the tag byte
+// (fwtest::SelfBlocks; at most 4 MiB, big blocks checked with a stride of 509
+// between their first and last 4 KiB).
+constexpr fwtest::SelfBlocks kBlock{0xf0f0c0de00000000ull, 4u << 20, 16384, 4096, 509};
 
 size_t pick_size(Rng& r) {
   uint64_t k = r.next() % 1000;
@@ -124,9 +64,9 @@ void handler(int) {
   size_t n = 16 + r.next() % 2000;
   void* p = malloc(n);
   if (p) {
-    fill(p, n, r.next());
+    kBlock.fill(p, n, r.next());
     void* q = realloc(p, n + 100);
-    if (q == nullptr || !verify_self(q)) error("handler: realloc lost contents");
+    if (q == nullptr || !kBlock.verify_self(q)) error("handler: realloc lost contents");
     free(q ? q : p);
   }
   g_handled.fetch_add(1, std::memory_order_relaxed);
@@ -141,7 +81,7 @@ void* worker(void* arg) {
   while (!g_stop.load(std::memory_order_relaxed)) {
     void*& o = own[r.next() % own.size()];
     if (o) {
-      if (!verify_self(o)) error("worker: block corrupted");
+      if (!kBlock.verify_self(o)) error("worker: block corrupted");
       free(o);
       o = nullptr;
     } else {
@@ -151,12 +91,12 @@ void* worker(void* arg) {
         error("worker: allocation failed");
         continue;
       }
-      fill(o, n, r.next());
+      kBlock.fill(o, n, r.next());
       if (r.next() % 4 == 0) {  // hand it over: freed by another worker or by a child
         void* old = g_slots[r.next() % kSlots].exchange(o, std::memory_order_acq_rel);
         o = nullptr;
         if (old) {
-          if (!verify_self(old)) error("worker: handed-over block corrupted");
+          if (!kBlock.verify_self(old)) error("worker: handed-over block corrupted");
           free(old);
         }
       }
@@ -182,22 +122,16 @@ void* signaller(void*) {
 }
 
 void* watchdog(void*) {
-  uint64_t last[kWorkers + 1] = {}, since[kWorkers + 1];
-  for (auto& s : since) s = now_ns();
-  while (!g_watchdog_stop.load()) {
-    sleep_ns(100000000);
-    uint64_t t = now_ns();
-    for (int i = 0; i <= kWorkers; i++) {
-      uint64_t v = i < kWorkers ? g_progress[i].load() : g_main_progress.load();
-      if (v != last[i]) {
-        last[i] = v;
-        since[i] = t;
-      } else if (t - since[i] > 30000000000ull) {
-        Msg().s("WATCHDOG: ").s(i < kWorkers ? "a parent worker thread" : "the forking thread")
-            .s(" made no progress for 30 s (deadlock?)").to(2);
-        _exit(70);
-      }
-    }
+  // The parent's workers, then the main (forking) thread; every clock starts
+  // now, from 0.
+  fwtest::Watched w[kWorkers + 1];
+  for (int i = 0; i <= kWorkers; i++)
+    w[i] = {i < kWorkers ? "a parent worker thread" : "the forking thread",
+            i < kWorkers ? &g_progress[i] : &g_main_progress, 0, now_ns()};
+  // Every 100 ms until stopped.
+  if (const fwtest::Watched* s = fwtest::wait_for_stall(w, kWorkers + 1, g_watchdog_stop, 100000000, 30)) {
+    Msg().s("WATCHDOG: ").s(s->name).s(" made no progress for 30 s (deadlock?)").to(2);
+    _exit(70);
   }
   return nullptr;
 }
@@ -212,7 +146,7 @@ int child_work(int depth, Rng r) {
   for (size_t i = 0; i < kSlots; i += 1 + r.next() % 4) {
     void* p = g_slots[i].exchange(nullptr);
     if (p == nullptr) continue;
-    if (!verify_self(p)) return 10;
+    if (!kBlock.verify_self(p)) return 10;
     free(p);
     freed++;
   }
@@ -223,11 +157,11 @@ int child_work(int depth, Rng r) {
     size_t n = pick_size(r);
     void* p = malloc(n);
     if (p == nullptr) return 11;
-    fill(p, n, uint64_t(i));
+    kBlock.fill(p, n, uint64_t(i));
     v.push_back({p, n});
   }
   for (auto& [p, n] : v)
-    if (!verify_self(p)) return 12;
+    if (!kBlock.verify_self(p)) return 12;
   for (auto& [p, n] : v) free(p);
   // Threads that exchange blocks (cross-thread frees), joined.
   std::atomic<void*> box[64] = {};
@@ -243,10 +177,10 @@ int child_work(int depth, Rng r) {
           bad++;
           return;
         }
-        fill(p, n, q.next());
+        kBlock.fill(p, n, q.next());
         void* old = box[q.next() % 64].exchange(p);
         if (old) {
-          if (!verify_self(old)) bad++;
+          if (!kBlock.verify_self(old)) bad++;
           free(old);
         }
       }
@@ -254,7 +188,7 @@ int child_work(int depth, Rng r) {
   for (auto& t : ts) t.join();
   for (auto& b : box)
     if (void* p = b.exchange(nullptr)) {
-      if (!verify_self(p)) return 13;
+      if (!kBlock.verify_self(p)) return 13;
       free(p);
     }
   if (bad.load()) return 14;
@@ -277,13 +211,8 @@ int child_work(int depth, Rng r) {
 
 TEST_CASE("fork from a process whose threads are busy in malloc/free under a signal storm: every child "
           "frees the parent's handed-over blocks, allocates, starts threads and exits 0 in time") {
-  double seconds = run_seconds(10);
-  struct sigaction sa;
-  std::memset(&sa, 0, sizeof sa);
-  sa.sa_handler = handler;
-  sa.sa_flags = SA_RESTART;
-  sigemptyset(&sa.sa_mask);
-  REQUIRE(sigaction(SIGUSR1, &sa, nullptr) == 0);
+  double seconds = fwtest::soak_seconds(10);
+  REQUIRE(fwtest::install_handler(SIGUSR1, handler, fwtest::no_signals()));
 
   g_tids[kWorkers] = pthread_self();
   for (int i = 0; i < kWorkers; i++)
@@ -341,11 +270,9 @@ TEST_CASE("fork from a process whose threads are busy in malloc/free under a sig
   g_watchdog_stop = true;
   pthread_join(wd, nullptr);
   signal(SIGUSR1, SIG_IGN);
-  for (auto& s : g_slots)
-    if (void* p = s.exchange(nullptr)) {
-      if (!verify_self(p)) error("main: handed-over block corrupted");
-      free(p);
-    }
+  fwtest::drain_slots(g_slots, [](void* p) {
+    if (!kBlock.verify_self(p)) error("main: handed-over block corrupted");
+  });
   int heap = fw_check_heap();
 
   std::printf("fork: %.1f s: %llu forks (%llu children exited 0, %llu failed, %llu killed after 20 s; %llu left "

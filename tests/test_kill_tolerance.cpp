@@ -24,91 +24,24 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <link.h>
 #include <map>
 #include <pthread.h>
 #include <string>
-#include <time.h>
-#include <ucontext.h>
 #include <unistd.h>
 #include <vector>
 
 #include "freeway.h"
+#include "test_util.h"
 
 namespace {
 
-// ---------------------------------------------------------------------------
-// Helpers that never allocate (handler, watchdog).
+// Helpers that never allocate (handler, watchdog), from test_util.h.
+using fwtest::Msg;
+using fwtest::now_ns;
+using fwtest::sleep_ns;
 
-uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
-
-void sleep_ns(uint64_t ns) {
-  timespec ts{time_t(ns / 1000000000ull), long(ns % 1000000000ull)};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
-struct Msg {
-  char buf[512];
-  size_t n = 0;
-  Msg& s(const char* t) {
-    while (*t && n < sizeof buf - 1) buf[n++] = *t++;
-    return *this;
-  }
-  Msg& u(uint64_t v) {
-    char t[24];
-    int k = 0;
-    do t[k++] = char('0' + v % 10), v /= 10;
-    while (v);
-    while (k && n < sizeof buf - 1) buf[n++] = t[--k];
-    return *this;
-  }
-  Msg& x(uint64_t v) {
-    s("0x");
-    char t[16];
-    int k = 0;
-    do t[k++] = "0123456789abcdef"[v & 15], v >>= 4;
-    while (v);
-    while (k && n < sizeof buf - 1) buf[n++] = t[--k];
-    return *this;
-  }
-  void to(int fd) {
-    buf[n++] = '\n';
-    ssize_t r = write(fd, buf, n);
-    (void)r;
-  }
-};
-
-// Resident set size from /proc/self/statm (bytes).
-double rss_bytes() {
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  unsigned long size = 0, rss = 0;
-  if (f) {
-    if (std::fscanf(f, "%lu %lu", &size, &rss) != 2) rss = 0;
-    std::fclose(f);
-  }
-  return double(rss) * double(sysconf(_SC_PAGESIZE));
-}
-
-double run_seconds(double dflt) {
-  const char* s = getenv("SOAK_SECONDS");
-  double v = s ? atof(s) : 0;
-  return v > 0 ? v : dflt;
-}
-
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  }
-};
+using fwtest::Rng;
+using fwtest::rss_bytes;
 
 // ---------------------------------------------------------------------------
 // Self-describing blocks: {n ^ kMagic, tag}, then the tag's low byte at every
@@ -168,38 +101,8 @@ std::atomic<bool> g_stop_workers{false}, g_stop_freezer{false}, g_watchdog_stop{
 constexpr int kMaxPcs = 8192;
 uintptr_t g_frozen_pcs[kMaxPcs];  // offsets into libfreeway.so
 
-uintptr_t g_fw_base = 0, g_fw_lo = 0, g_fw_hi = 0;
-char g_fw_path[4096];
-
-void find_freeway_text() {
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void*) -> int {
-        if (info->dlpi_name == nullptr || std::strstr(info->dlpi_name, "libfreeway") == nullptr) return 0;
-        g_fw_base = info->dlpi_addr;
-        std::snprintf(g_fw_path, sizeof g_fw_path, "%s", info->dlpi_name);
-        for (int i = 0; i < info->dlpi_phnum; i++) {
-          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-          if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X)) {
-            g_fw_lo = info->dlpi_addr + ph.p_vaddr;
-            g_fw_hi = g_fw_lo + ph.p_memsz;
-          }
-        }
-        return 1;
-      },
-      nullptr);
-}
-
-uintptr_t interrupted_pc(void* ucv) {
-  auto* uc = static_cast<ucontext_t*>(ucv);
-#if defined(__x86_64__)
-  return uintptr_t(uc->uc_mcontext.gregs[REG_RIP]);
-#elif defined(__aarch64__)
-  return uintptr_t(uc->uc_mcontext.pc);
-#else
-  (void)uc;
-  return 0;
-#endif
-}
+// libfreeway.so: its load address, text segment and path.
+fwtest::LoadedText g_fw;
 
 void error(const char* what, const void* p) {
   if (g_errors.fetch_add(1) < 20) Msg().s("kill test: ").s(what).s(" ").x(uintptr_t(p)).to(2);
@@ -210,10 +113,10 @@ void error(const char* what, const void* p) {
 void freeze_handler(int, siginfo_t*, void* uc) {
   int saved = errno;
   Worker* w = t_self;
-  uintptr_t pc = interrupted_pc(uc);
-  if (w != nullptr && w->state.load() == kRunning && pc >= g_fw_lo && pc < g_fw_hi) {
+  uintptr_t pc = fwtest::interrupted_pc(uc);
+  if (w != nullptr && w->state.load() == kRunning && pc >= g_fw.lo && pc < g_fw.hi) {
     uint64_t k = g_frozen.fetch_add(1);
-    if (k < kMaxPcs) g_frozen_pcs[k] = pc - g_fw_base;
+    if (k < kMaxPcs) g_frozen_pcs[k] = pc - g_fw.base;
     w->state.store(kFrozen);
     w->signals_seen.fetch_add(1);
     sigset_t all;
@@ -467,7 +370,7 @@ void* watchdog_main(void*) {
 std::string frozen_where(uint64_t count) {
   std::map<uintptr_t, int> offs;
   for (uint64_t i = 0; i < count && i < uint64_t(kMaxPcs); i++) offs[g_frozen_pcs[i]]++;
-  std::string cmd = std::string("addr2line -f -C -e '") + g_fw_path + "'";
+  std::string cmd = std::string("addr2line -f -C -e '") + g_fw.path + "'";
   for (auto& [off, n] : offs) {
     char b[32];
     std::snprintf(b, sizeof b, " 0x%lx", (unsigned long)off);
@@ -503,25 +406,20 @@ std::string frozen_where(uint64_t count) {
 
 TEST_CASE("threads frozen forever in the middle of malloc/free (hundreds of them) never stop the others: "
           "progress continues, blocks they handed over are freed, contents stay intact") {
-  double seconds = run_seconds(20);
+  double seconds = fwtest::soak_seconds(20);
   // Hundreds of frozen threads, spread over the run. Each frozen thread pins
   // the hot spans of its thread cache (measured: ~24 MiB committed, ~14 MiB
   // resident each with this workload), so freezing stops at 4 GiB of RSS.
   FreezePlan plan{400, uint64_t(std::max(5e6, 0.8e9 * seconds / 400)), 4096.0 * 1048576.0};
   uint64_t cap = plan.cap;
-  find_freeway_text();
-  REQUIRE(g_fw_hi > g_fw_lo);
+  fwtest::find_loaded_text("libfreeway", g_fw);
+  REQUIRE(g_fw.hi > g_fw.lo);
 
   fw_stats_t start;
   fw_stats(&start);
   double rss_start = rss_bytes();
 
-  struct sigaction sa;
-  std::memset(&sa, 0, sizeof sa);
-  sa.sa_sigaction = freeze_handler;
-  sa.sa_flags = SA_SIGINFO | SA_RESTART;
-  sigfillset(&sa.sa_mask);
-  REQUIRE(sigaction(SIGUSR1, &sa, nullptr) == 0);
+  REQUIRE(fwtest::install_handler(SIGUSR1, freeze_handler, fwtest::all_signals()));
 
   pthread_attr_init(&g_attr);
   pthread_attr_setstacksize(&g_attr, 256 << 10);
@@ -576,14 +474,9 @@ TEST_CASE("threads frozen forever in the middle of malloc/free (hundreds of them
   g_watchdog_stop = true;
   pthread_join(wd, nullptr);
 
-  uint64_t drained = 0;
-  for (auto& s : g_slots) {
-    void* p = s.exchange(nullptr);
-    if (p == nullptr) continue;
+  uint64_t drained = fwtest::drain_slots(g_slots, [](void* p) {
     if (!verify_self(p)) error("main: handed-over block corrupted", p);
-    free(p);
-    drained++;
-  }
+  });
   fw_stats_t end;
   fw_stats(&end);
   double rss_end = rss_bytes();

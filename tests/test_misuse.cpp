@@ -20,30 +20,22 @@
 #include <string>
 #include <sys/wait.h>
 #include <thread>
-#include <time.h>
 #include <unistd.h>
 
 #include "freeway.h"
+#include "test_util.h"
 
 namespace {
 
-uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
+using fwtest::now_ns;
 
-void say(const char* s) {
-  ssize_t r = write(2, s, std::strlen(s));
-  (void)r;
-}
+void say(const char* s) { fwtest::write_fd(2, s, std::strlen(s)); }
 
 // Tells the parent which pointer is about to be misused.
 void announce(const void* p) {
   char b[64];
   int n = std::snprintf(b, sizeof b, "address=0x%lx\n", (unsigned long)reinterpret_cast<uintptr_t>(p));
-  ssize_t r = write(2, b, size_t(n));
-  (void)r;
+  fwtest::write_fd(2, b, size_t(n));
 }
 
 // Keeps the compiler from seeing through the misuse (it may warn or fold it).
@@ -63,8 +55,7 @@ struct Outcome {
 Outcome run_child(const std::function<void()>& misuse) {
   int fds[2];
   REQUIRE(pipe(fds) == 0);
-  std::fflush(nullptr);
-  pid_t pid = fork();
+  pid_t pid = fwtest::fork_flushed();
   REQUIRE(pid >= 0);
   if (pid == 0) {
     close(fds[0]);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "freeway.h"
+#include "test_util.h"
 
 namespace {
 
@@ -47,8 +48,7 @@ bool limit_as(size_t bytes) {
 // Runs fn in a child; returns its exit status, or 1000 + signal if it died.
 template <class F>
 int in_child(F fn) {
-  std::fflush(nullptr);
-  pid_t pid = fork();
+  pid_t pid = fwtest::fork_flushed();
   REQUIRE(pid >= 0);
   if (pid == 0) {
     int rc = 201;
@@ -65,7 +65,7 @@ int in_child(F fn) {
   }
   int st = 0;
   REQUIRE(waitpid(pid, &st, 0) == pid);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 1000 + WTERMSIG(st);
+  return fwtest::exit_code(st);
 }
 
 #define EXPECT(code, cond)                                                                   \
@@ -259,8 +259,7 @@ TEST_CASE("a fresh process started under a 1.5 GiB address-space limit can alloc
   // first region (1 GiB) plus its descriptor table (64 MiB) plus the program fit
   // in 1.5 GiB, so allocating 256 MiB must work, as it does with the C library.
   if (getenv("FW_OOM_FRESH_CHILD") != nullptr) return;  // the child runs the program below instead
-  std::fflush(nullptr);
-  pid_t pid = fork();
+  pid_t pid = fwtest::fork_flushed();
   REQUIRE(pid >= 0);
   if (pid == 0) {
     limit_as(GiB + GiB / 2);
@@ -271,7 +270,7 @@ TEST_CASE("a fresh process started under a 1.5 GiB address-space limit can alloc
   }
   int st = 0;
   REQUIRE(waitpid(pid, &st, 0) == pid);
-  int status = WIFEXITED(st) ? WEXITSTATUS(st) : 1000 + WTERMSIG(st);
+  int status = fwtest::exit_code(st);
   std::printf("oom: fresh process under RLIMIT_AS = 1.5 GiB: %s (status %d)\n",
               status == 0 ? "allocated 256 MiB" : "could not allocate", status);
   CHECK(status == 0);
@@ -295,8 +294,7 @@ __attribute__((constructor(200))) void fresh_child() {
     void* p = malloc(MiB);
     if (p == nullptr) {
       const char m[] = "oom fresh child: malloc(1 MiB) returned NULL\n";
-      ssize_t w = write(2, m, sizeof m - 1);
-      (void)w;
+      fwtest::write_fd(2, m, sizeof m - 1);
       _exit(3);
     }
     std::memset(p, 1, 4096);

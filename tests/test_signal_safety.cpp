@@ -19,130 +19,33 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <link.h>
 #include <pthread.h>
-#include <time.h>
-#include <ucontext.h>
 #include <unistd.h>
 #include <vector>
 
 #include "freeway.h"
+#include "test_util.h"
 
 namespace {
 
 // ---------------------------------------------------------------------------
-// Helpers that never allocate: usable in signal handlers and in the watchdog.
+// Helpers that never allocate: usable in signal handlers and in the watchdog
+// (test_util.h). Msg: a line formatted on the stack and written with one write(2).
 
-uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
-
-void sleep_ns(uint64_t ns) {
-  timespec ts{time_t(ns / 1000000000ull), long(ns % 1000000000ull)};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
-// A line formatted on the stack and written with one write(2).
-struct Msg {
-  char buf[512];
-  size_t n = 0;
-  Msg& s(const char* t) {
-    while (*t && n < sizeof buf - 1) buf[n++] = *t++;
-    return *this;
-  }
-  Msg& u(uint64_t v) {
-    char t[24];
-    int k = 0;
-    do t[k++] = char('0' + v % 10), v /= 10;
-    while (v);
-    while (k && n < sizeof buf - 1) buf[n++] = t[--k];
-    return *this;
-  }
-  Msg& x(uint64_t v) {
-    s("0x");
-    char t[16];
-    int k = 0;
-    do t[k++] = "0123456789abcdef"[v & 15], v >>= 4;
-    while (v);
-    while (k && n < sizeof buf - 1) buf[n++] = t[--k];
-    return *this;
-  }
-  void to(int fd) {
-    buf[n++] = '\n';
-    ssize_t r = write(fd, buf, n);
-    (void)r;
-  }
-};
-
-double run_seconds(double dflt) {
-  const char* s = getenv("SOAK_SECONDS");
-  double v = s ? atof(s) : 0;
-  return v > 0 ? v : dflt;
-}
-
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  }
-};
+using fwtest::Msg;
+using fwtest::now_ns;
+using fwtest::Rng;
+using fwtest::sleep_ns;
 
 // ---------------------------------------------------------------------------
-// Block contents. A block of n >= 16 bytes starts with {n ^ kMagic, tag}, so it
-// describes itself (blocks in the shared slots must); every later byte is the
-// tag's low byte. Blocks under 16 bytes hold only the tag byte.
+// Block contents (fwtest::SelfBlocks). A block of n >= 16 bytes starts with
+// {n ^ magic, tag}, so it describes itself (blocks in the shared slots must);
+// every later byte is the tag's low byte. Blocks under 16 bytes hold only the
+// tag byte. kBlock.verify(p, n, tag, limit) checks bytes [0, min(n, limit));
+// big blocks: every byte of the first and last 4 KiB, a stride in between. A
+// self-describing block is at most 8 MiB.
 
-constexpr uint64_t kMagic = 0x5a17f00dcafe0000ull;
-
-unsigned char byte_at(size_t n, uint64_t tag, size_t i) {
-  if (n >= 16 && i < 16) {
-    uint64_t w = i < 8 ? (n ^ kMagic) : tag;
-    return (unsigned char)(w >> (8 * (i % 8)));
-  }
-  return (unsigned char)tag;
-}
-
-void fill(void* p, size_t n, uint64_t tag) {
-  unsigned char* c = static_cast<unsigned char*>(p);
-  if (n >= 16) {
-    uint64_t h[2] = {n ^ kMagic, tag};
-    std::memcpy(c, h, 16);
-    std::memset(c + 16, int(tag & 0xff), n - 16);
-  } else {
-    std::memset(c, int(tag & 0xff), n);
-  }
-}
-
-// Checks bytes [0, min(n, limit)) of a block filled with (n, tag). Big blocks:
-// every byte of the first and last 4 KiB, a stride in between.
-bool verify(const void* p, size_t n, uint64_t tag, size_t limit = SIZE_MAX) {
-  const unsigned char* c = static_cast<const unsigned char*>(p);
-  size_t end = n < limit ? n : limit;
-  for (size_t i = 0; i < end; i += (end > 16384 && i > 4096 && i + 4096 < end) ? 509 : 1)
-    if (c[i] != byte_at(n, tag, i)) return false;
-  return true;
-}
-
-// Size of a self-describing block, or 0 when its header is not one of ours.
-size_t self_size(const void* p) {
-  uint64_t h;
-  std::memcpy(&h, p, 8);
-  size_t n = size_t(h ^ kMagic);
-  return (n >= 16 && n <= (8u << 20)) ? n : 0;
-}
-bool verify_self(const void* p) {
-  size_t n = self_size(p);
-  if (n == 0) return false;
-  uint64_t tag;
-  std::memcpy(&tag, static_cast<const char*>(p) + 8, 8);
-  return verify(p, n, tag);
-}
+constexpr fwtest::SelfBlocks kBlock{0x5a17f00dcafe0000ull, 8u << 20, 16384, 4096, 509};
 
 // ---------------------------------------------------------------------------
 // Shared state.
@@ -162,35 +65,7 @@ std::atomic<bool> g_stop_workers{false}, g_stop_signals{false};
 
 // Text segment of libfreeway.so: a handler whose interrupted PC is in here
 // interrupted malloc/free itself.
-uintptr_t g_fw_lo = 0, g_fw_hi = 0;
-
-void find_freeway_text() {
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void*) -> int {
-        if (info->dlpi_name == nullptr || std::strstr(info->dlpi_name, "libfreeway") == nullptr) return 0;
-        for (int i = 0; i < info->dlpi_phnum; i++) {
-          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-          if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X)) {
-            g_fw_lo = info->dlpi_addr + ph.p_vaddr;
-            g_fw_hi = g_fw_lo + ph.p_memsz;
-          }
-        }
-        return 1;
-      },
-      nullptr);
-}
-
-uintptr_t interrupted_pc(void* ucv) {
-  auto* uc = static_cast<ucontext_t*>(ucv);
-#if defined(__x86_64__)
-  return uintptr_t(uc->uc_mcontext.gregs[REG_RIP]);
-#elif defined(__aarch64__)
-  return uintptr_t(uc->uc_mcontext.pc);
-#else
-  (void)uc;
-  return 0;
-#endif
-}
+fwtest::LoadedText g_fw;
 
 void error(const char* what, const void* p) {
   if (g_errors.fetch_add(1) < 20) Msg().s("signal test: ").s(what).s(" ").x(uintptr_t(p)).to(2);
@@ -207,8 +82,8 @@ void handler(int, siginfo_t*, void* uc) {
   if (t_hrng.s == 0) t_hrng.s = 0x2545f4914f6cdd1dull ^ (uint64_t(pthread_self()) * 0x9e3779b97f4a7c15ull) ^ now_ns();
   Rng& r = t_hrng;
   if (++t_depth > 1) g_nested.fetch_add(1, std::memory_order_relaxed);
-  uintptr_t pc = interrupted_pc(uc);
-  if (pc >= g_fw_lo && pc < g_fw_hi) g_in_freeway.fetch_add(1, std::memory_order_relaxed);
+  uintptr_t pc = fwtest::interrupted_pc(uc);
+  if (pc >= g_fw.lo && pc < g_fw.hi) g_in_freeway.fetch_add(1, std::memory_order_relaxed);
 
   // malloc: mostly small, sometimes medium or large (the large path in a handler).
   uint64_t k = r.next() % 1000;
@@ -216,7 +91,7 @@ void handler(int, siginfo_t*, void* uc) {
   uint64_t tag = r.next();
   void* a = malloc(n);
   if (a == nullptr) error("handler: malloc returned NULL", nullptr);
-  else fill(a, n, tag);
+  else kBlock.fill(a, n, tag);
 
   // calloc: must be zeroed.
   size_t cn = 16 + r.next() % 3000;
@@ -229,7 +104,7 @@ void handler(int, siginfo_t*, void* uc) {
         error("handler: calloc block not zeroed", b);
         break;
       }
-    fill(b, cn, tag + 1);
+    kBlock.fill(b, cn, tag + 1);
   }
 
   // realloc: the contents move with the block.
@@ -240,8 +115,8 @@ void handler(int, siginfo_t*, void* uc) {
       error("handler: realloc returned NULL", a);
       free(a);
     } else {
-      if (!verify(a2, n, tag, n2)) error("handler: realloc lost the contents of", a2);
-      fill(a2, n2, tag);
+      if (!kBlock.verify(a2, n, tag, n2)) error("handler: realloc lost the contents of", a2);
+      kBlock.fill(a2, n2, tag);
       a = a2;
       n = n2;
     }
@@ -259,13 +134,13 @@ void handler(int, siginfo_t*, void* uc) {
   if (b != nullptr) {
     void* old = g_handoff[r.next() % kHandoffSlots].exchange(b, std::memory_order_acq_rel);
     if (old != nullptr) {
-      if (!verify_self(old)) error("handler: handed-over block corrupted", old);
+      if (!kBlock.verify_self(old)) error("handler: handed-over block corrupted", old);
       free(old);
       g_handler_frees_foreign.fetch_add(1, std::memory_order_relaxed);
     }
   }
   if (a != nullptr) {
-    if (!verify(a, n, tag)) error("handler: block corrupted before free", a);
+    if (!kBlock.verify(a, n, tag)) error("handler: block corrupted before free", a);
     free(a);
   }
   free(al);
@@ -279,36 +154,21 @@ void handler(int, siginfo_t*, void* uc) {
 // Watchdog: fails the process (it cannot fail a doctest case from a stuck
 // thread) when a watched counter stays still for too long.
 
-struct Watched {
-  const char* name;
-  const std::atomic<uint64_t>* counter;
-  uint64_t last;
-  uint64_t since;
-};
+using fwtest::Watched;
 Watched g_watched[16];
 int g_nwatched = 0;
 std::atomic<bool> g_watchdog_stop{false};
 double g_stall_seconds = 10;
 
 void* watchdog(void*) {
-  for (int i = 0; i < g_nwatched; i++) g_watched[i].last = g_watched[i].counter->load(), g_watched[i].since = now_ns();
-  while (!g_watchdog_stop.load()) {
-    sleep_ns(100000000);
-    uint64_t t = now_ns();
-    for (int i = 0; i < g_nwatched; i++) {
-      Watched& w = g_watched[i];
-      uint64_t v = w.counter->load(std::memory_order_relaxed);
-      if (v != w.last) {
-        w.last = v;
-        w.since = t;
-      } else if (double(t - w.since) / 1e9 > g_stall_seconds) {
-        Msg().s("WATCHDOG: ").s(w.name).s(" made no progress for ").u(uint64_t(g_stall_seconds))
-            .s(" s (deadlock?) after ").u(g_handled.load()).s(" signals handled, ")
-            .u(g_worker_ops.load()).s(" worker operations")
-            .to(2);
-        _exit(70);
-      }
-    }
+  fwtest::watch_from_now(g_watched, g_nwatched);
+  // Every 100 ms until stopped.
+  if (const Watched* w = fwtest::wait_for_stall(g_watched, g_nwatched, g_watchdog_stop, 100000000, g_stall_seconds)) {
+    Msg().s("WATCHDOG: ").s(w->name).s(" made no progress for ").u(uint64_t(g_stall_seconds))
+        .s(" s (deadlock?) after ").u(g_handled.load()).s(" signals handled, ")
+        .u(g_worker_ops.load()).s(" worker operations")
+        .to(2);
+    _exit(70);
   }
   return nullptr;
 }
@@ -360,23 +220,23 @@ void* worker(void* arg) {
     Own& o = own[r.next() % own.size()];
     uint64_t k = r.next() % 100;
     if (o.p != nullptr) {
-      if (!verify(o.p, o.n, o.tag)) error("worker: block corrupted", o.p);
+      if (!kBlock.verify(o.p, o.n, o.tag)) error("worker: block corrupted", o.p);
       if (k < 25) {  // realloc keeps the contents
         size_t n2 = worker_size(r);
         void* q = realloc(o.p, n2);
         if (q == nullptr && n2 != 0) {
           error("worker: realloc returned NULL", o.p);
         } else {
-          if (q != nullptr && !verify(q, o.n, o.tag, n2)) error("worker: realloc lost contents", q);
+          if (q != nullptr && !kBlock.verify(q, o.n, o.tag, n2)) error("worker: realloc lost contents", q);
           o.p = q;
           o.n = n2;
-          if (q) fill(q, n2, o.tag);
+          if (q) kBlock.fill(q, n2, o.tag);
         }
       } else if (k < 35 && o.n >= 16) {  // hand it to a handler or another worker
         void* old = g_handoff[r.next() % kHandoffSlots].exchange(o.p, std::memory_order_acq_rel);
         o.p = nullptr;
         if (old != nullptr) {
-          if (!verify_self(old)) error("worker: handed-over block corrupted", old);
+          if (!kBlock.verify_self(old)) error("worker: handed-over block corrupted", old);
           free(old);
         }
       } else {
@@ -408,7 +268,7 @@ void* worker(void* arg) {
         default: p = realloc(nullptr, n); break;
       }
       if (p == nullptr) error("worker: allocation returned NULL", nullptr);
-      else fill(p, n, o.tag);
+      else kBlock.fill(p, n, o.tag);
       o.p = p;
     }
     ops++;
@@ -417,7 +277,7 @@ void* worker(void* arg) {
   }
   for (Own& o : own) {
     if (o.p == nullptr) continue;
-    if (!verify(o.p, o.n, o.tag)) error("worker: block corrupted at the end", o.p);
+    if (!kBlock.verify(o.p, o.n, o.tag)) error("worker: block corrupted at the end", o.p);
     free(o.p);
   }
   return nullptr;
@@ -446,23 +306,19 @@ void* signaller(void*) {
 }
 
 void install(int sig, bool block_other) {
-  struct sigaction sa;
-  std::memset(&sa, 0, sizeof sa);
-  sa.sa_sigaction = handler;
-  sa.sa_flags = SA_SIGINFO | SA_RESTART;
-  sigemptyset(&sa.sa_mask);
+  sigset_t mask = fwtest::no_signals();
   // SIGUSR1's handler may be interrupted by kSigNest's (nesting); not the reverse.
-  if (block_other) sigaddset(&sa.sa_mask, SIGUSR1);
-  REQUIRE(sigaction(sig, &sa, nullptr) == 0);
+  if (block_other) sigaddset(&mask, SIGUSR1);
+  REQUIRE(fwtest::install_handler(sig, handler, mask));
 }
 
 }  // namespace
 
 TEST_CASE("signal handlers interrupting malloc and free on every thread can malloc, calloc, realloc and free "
           "(nested, and freeing other threads' handler blocks) with no deadlock and no corruption") {
-  double seconds = run_seconds(12);
-  find_freeway_text();
-  REQUIRE(g_fw_hi > g_fw_lo);  // malloc is freeway's in this program
+  double seconds = fwtest::soak_seconds(12);
+  fwtest::find_loaded_text("libfreeway", g_fw);
+  REQUIRE(g_fw.hi > g_fw.lo);  // malloc is freeway's in this program
   fw_stats_t before;
   fw_stats(&before);
 
@@ -494,14 +350,9 @@ TEST_CASE("signal handlers interrupting malloc and free on every thread can mall
   signal(SIGUSR1, SIG_IGN);
   signal(kSigNest, SIG_IGN);
 
-  uint64_t drained = 0;
-  for (auto& s : g_handoff) {
-    void* p = s.exchange(nullptr);
-    if (p == nullptr) continue;
-    if (!verify_self(p)) error("main: handed-over block corrupted", p);
-    free(p);
-    drained++;
-  }
+  uint64_t drained = fwtest::drain_slots(g_handoff, [](void* p) {
+    if (!kBlock.verify_self(p)) error("main: handed-over block corrupted", p);
+  });
   int heap_errors = fw_check_heap();
   fw_stats_t after;
   fw_stats(&after);

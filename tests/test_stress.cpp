@@ -13,18 +13,11 @@
 #include <vector>
 
 #include "freeway.h"
+#include "test_util.h"
 
 namespace {
 
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  }
-};
+using fwtest::Rng;
 
 size_t pick_size(Rng& r) {
   uint64_t k = r.next() % 100;
