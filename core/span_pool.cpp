@@ -125,8 +125,12 @@ void give_leftover(uint32_t index, uint32_t len) {
 // local work on spans this thread holds. A merged run keeps the committed
 // prefix of its first piece; the later pieces are decommitted (their pages
 // would not be a prefix). Returns true if a run of >= n spans exists afterwards.
-constexpr uint32_t kGathered = 0xffffffffu;  // `offset` of a gathered FREE span
+// A gathered span's `offset` holds the gathering call's token (top bit set;
+// real offsets of large blocks are below 2^31), so two threads coalescing at
+// the same time each see only the spans they gathered themselves.
+std::atomic<uint32_t> g_coalesce_calls{0};
 bool coalesce(uint32_t n) {
+  const uint32_t kGathered = 0x80000000u | (g_coalesce_calls.fetch_add(1, std::memory_order_relaxed) & 0x7fffffffu);
   uint32_t chain = kNoIndex;
   auto grab = [&](SpanStack& st) {
     for (uint32_t i = st.pop(); i != kNoIndex; i = st.pop()) {
@@ -141,7 +145,9 @@ bool coalesce(uint32_t n) {
     for (auto& st : tier) grab(st);
   for (auto& st : g_exact) grab(st);
   for (auto& st : g_log) grab(st);
-  auto gathered = [](uint32_t i) { return span_at(i)->offset.load(std::memory_order_relaxed) == kGathered; };
+  auto gathered = [kGathered](uint32_t i) {
+    return span_at(i)->offset.load(std::memory_order_relaxed) == kGathered;
+  };
   // Every stretch starts at some gathered head: find the starts, measure, unmark.
   uint32_t stretches = kNoIndex;
   for (uint32_t h = chain; h != kNoIndex; h = span_at(h)->pool_next.load(std::memory_order_relaxed)) {
