@@ -77,9 +77,15 @@ FW_INLINE uint32_t block_number(const void* p, unsigned c) {
 FW_INLINE uint64_t canary_of(const void* p) {
   return g_canary_key.load(std::memory_order_relaxed) ^ reinterpret_cast<uintptr_t>(p);
 }
+#if FREEWAY_HARDENING
 FW_INLINE bool has_canary(const void* p) { return static_cast<const uint64_t*>(p)[1] == canary_of(p); }
 FW_INLINE void set_canary(void* p) { static_cast<uint64_t*>(p)[1] = canary_of(p); }
 FW_INLINE void clear_canary(void* p) { static_cast<uint64_t*>(p)[1] = 0; }
+#else  // measurement build: no canary anywhere, so no path tests a stale one
+FW_INLINE bool has_canary(const void*) { return false; }
+FW_INLINE void set_canary(void*) {}
+FW_INLINE void clear_canary(void*) {}
+#endif
 
 // --- free-list links (encoded in secure mode) ---
 FW_INLINE void* block_next(const void* b) {
