@@ -24,31 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
-static int gate_ready, gate_open;
-static void gate_wait(void) {
-  pthread_mutex_lock(&gate_mu);
-  gate_ready++;
-  pthread_cond_broadcast(&gate_cv);
-  while (!gate_open) pthread_cond_wait(&gate_cv, &gate_mu);
-  pthread_mutex_unlock(&gate_mu);
-}
-static double gate_release(int nthreads) {
-  pthread_mutex_lock(&gate_mu);
-  while (gate_ready < nthreads) pthread_cond_wait(&gate_cv, &gate_mu);
-  double t0 = now();
-  gate_open = 1;
-  pthread_cond_broadcast(&gate_cv);
-  pthread_mutex_unlock(&gate_mu);
-  return t0;
-}
+#include "bench_common.h"
 
 static long npairs = 300000;
 static int writes = 1000;
@@ -68,8 +44,7 @@ static void *run(void *arg) {
   gate_wait();
   if (w->initial) free(w->initial);
   for (long i = 0; i < npairs; i++) {
-    volatile unsigned char *p = malloc(size);
-    if (!p) { fprintf(stderr, "malloc(%zu) failed\n", size); exit(2); }
+    volatile unsigned char *p = malloc_or_die(size);
     for (size_t b = 0; b < size; b++) p[b] = (unsigned char)b;
     for (int k = 0; k < writes; k++)
       for (size_t b = 0; b < size; b++) p[b]++;
@@ -90,11 +65,10 @@ int main(int argc, char **argv) {
       case 'w': writes = atoi(optarg); break;
       case 's': size = (size_t)atol(optarg); break;
       default:
-        fprintf(stderr, "usage: %s [-t threads] [-n pairs_per_thread] [-w writes] [-s size]\n", argv[0]);
-        return 1;
+        return usage(argv[0], "[-t threads] [-n pairs_per_thread] [-w writes] [-s size]");
     }
   }
-  if (nthreads < 1 || npairs < 1 || writes < 1 || size < 1) { fprintf(stderr, "bad arguments\n"); return 1; }
+  if (nthreads < 1 || npairs < 1 || writes < 1 || size < 1) return bad_arguments();
   struct worker *w = calloc((size_t)nthreads, sizeof *w);
   const char *name = "active-false";
   for (int i = 0; i < nthreads; i++)

@@ -21,7 +21,6 @@
  *   -S SEED random seed (1)
  */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdatomic.h>
@@ -32,38 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
-static int gate_ready, gate_open;
-static void gate_wait(void) {
-  pthread_mutex_lock(&gate_mu);
-  gate_ready++;
-  pthread_cond_broadcast(&gate_cv);
-  while (!gate_open) pthread_cond_wait(&gate_cv, &gate_mu);
-  pthread_mutex_unlock(&gate_mu);
-}
-static double gate_release(int nthreads) {
-  pthread_mutex_lock(&gate_mu);
-  while (gate_ready < nthreads) pthread_cond_wait(&gate_cv, &gate_mu);
-  double t0 = now();
-  gate_open = 1;
-  pthread_cond_broadcast(&gate_cv);
-  pthread_mutex_unlock(&gate_mu);
-  return t0;
-}
-
-static uint64_t rng_next(uint64_t *s) { /* xorshift64* */
-  uint64_t x = *s;
-  x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
-  *s = x;
-  return x * 0x2545F4914F6CDD1DULL;
-}
+#include "bench_common.h"
 
 static size_t min_size = 16, max_size = 80;
 static long chunks = 1024, replacements = 10000;
@@ -88,8 +56,7 @@ static size_t rand_size(uint64_t *rng) {
 }
 
 static unsigned char *new_block(size_t sz, uint64_t tag) {
-  unsigned char *p = malloc(sz);
-  if (!p) { fprintf(stderr, "malloc(%zu) failed\n", sz); exit(2); }
+  unsigned char *p = malloc_or_die(sz);
   p[0] = (unsigned char)tag;
   p[sz - 1] = (unsigned char)(tag >> 8);
   return p;
@@ -138,16 +105,13 @@ int main(int argc, char **argv) {
       case 'r': replacements = atol(optarg); break;
       case 'S': seed = strtoull(optarg, NULL, 0); break;
       default:
-        fprintf(stderr,
-                "usage: %s [-t threads] [-d seconds] [-m min] [-M max] [-c blocks_per_thread] "
-                "[-r replacements_per_thread] [-S seed]\n", argv[0]);
-        return 1;
+        return usage(argv[0],
+                "[-t threads] [-d seconds] [-m min] [-M max] [-c blocks_per_thread] "
+                "[-r replacements_per_thread] [-S seed]");
     }
   }
-  if (nthreads < 1 || duration <= 0 || min_size < 1 || max_size < min_size || chunks < 1 || replacements < 1) {
-    fprintf(stderr, "bad arguments\n");
-    return 1;
-  }
+  if (nthreads < 1 || duration <= 0 || min_size < 1 || max_size < min_size || chunks < 1 || replacements < 1)
+    return bad_arguments();
   sem_init(&done_sem, 0, 0);
   pthread_attr_init(&detached);
   pthread_attr_setdetachstate(&detached, PTHREAD_CREATE_DETACHED);
@@ -177,8 +141,7 @@ int main(int argc, char **argv) {
     if (err) { fprintf(stderr, "pthread_create: %s\n", strerror(err)); return 2; }
   }
   double t0 = gate_release(nthreads);
-  struct timespec ts = {(time_t)duration, (long)((duration - (double)(time_t)duration) * 1e9)};
-  while (nanosleep(&ts, &ts) && errno == EINTR) {}
+  sleep_seconds(duration);
   double t1 = now();
   atomic_store(&stop_flag, 1);
   for (int t = 0; t < nthreads; t++) sem_wait(&done_sem);

@@ -29,11 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "bench_common.h"
 
 static double window = 0.2;
 static long batch = 1000;
@@ -48,8 +44,7 @@ static double pair_latency(size_t size, double win) {
   double t0 = now(), t;
   do {
     for (long i = 0; i < chunk; i++) {
-      unsigned char *p = malloc(size);
-      if (!p) { fprintf(stderr, "malloc(%zu) failed\n", size); exit(2); }
+      unsigned char *p = malloc_or_die(size);
       p[0] = (unsigned char)i;
       p[size - 1] = (unsigned char)pairs;
       sum += p[0] + p[size - 1];
@@ -93,8 +88,7 @@ static void *freer(void *arg) {
 
 static void fill_batch(unsigned char **b) {
   for (long i = 0; i < batch; i++) {
-    b[i] = malloc(rsize);
-    if (!b[i]) { fprintf(stderr, "malloc(%zu) failed\n", rsize); exit(2); }
+    b[i] = malloc_or_die(rsize);
     b[i][0] = (unsigned char)i;
     b[i][rsize - 1] = (unsigned char)i;
   }
@@ -110,11 +104,10 @@ int main(int argc, char **argv) {
       case 'b': batch = atol(optarg); break;
       case 'r': rsize = (size_t)atol(optarg); break;
       default:
-        fprintf(stderr, "usage: %s [-d ms] [-z sizes] [-b batch] [-r batch_block_size]\n", argv[0]);
-        return 1;
+        return usage(argv[0], "[-d ms] [-z sizes] [-b batch] [-r batch_block_size]");
     }
   }
-  if (window <= 0 || batch < 1 || rsize < 1) { fprintf(stderr, "bad arguments\n"); return 1; }
+  if (window <= 0 || batch < 1 || rsize < 1) return bad_arguments();
   pthread_t tid;
   pthread_create(&tid, NULL, nothing, NULL);
   pthread_join(tid, NULL);

@@ -27,20 +27,10 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "bench_common.h"
 
 #define MAX_THREADS 256
 static long nwrites = 5000000;
-
-/* A reusable start gate: generation-numbered so one set of threads per
- * size can wait on it. */
-static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
-static int gate_ready, gate_open;
 
 struct job {
   pthread_t tid;
@@ -52,11 +42,7 @@ struct job {
 
 static void *writer(void *arg) {
   struct job *j = arg;
-  pthread_mutex_lock(&gate_mu);
-  gate_ready++;
-  pthread_cond_broadcast(&gate_cv);
-  while (!gate_open) pthread_cond_wait(&gate_cv, &gate_mu);
-  pthread_mutex_unlock(&gate_mu);
+  gate_wait();
   volatile unsigned char *p = j->obj;
   size_t last = j->size - 1;
   for (long i = 0; i < nwrites; i++) {
@@ -68,7 +54,8 @@ static void *writer(void *arg) {
   return NULL;
 }
 
-/* Runs one trial: thread i writes objs[i] (size bytes).  Returns seconds. */
+/* Runs one trial: thread i writes objs[i] (size bytes).  Returns seconds.
+ * The start gate is reset for each trial's set of threads. */
 static double trial(int nthreads, unsigned char **objs, size_t size, uint64_t *sum) {
   struct job jobs[MAX_THREADS];
   gate_ready = 0;
@@ -78,12 +65,7 @@ static double trial(int nthreads, unsigned char **objs, size_t size, uint64_t *s
     jobs[i].size = size;
     if (pthread_create(&jobs[i].tid, NULL, writer, &jobs[i])) { perror("pthread_create"); exit(2); }
   }
-  pthread_mutex_lock(&gate_mu);
-  while (gate_ready < nthreads) pthread_cond_wait(&gate_cv, &gate_mu);
-  double t0 = now(), t1 = t0;
-  gate_open = 1;
-  pthread_cond_broadcast(&gate_cv);
-  pthread_mutex_unlock(&gate_mu);
+  double t0 = gate_release(nthreads), t1 = t0;
   for (int i = 0; i < nthreads; i++) {
     pthread_join(jobs[i].tid, NULL);
     if (jobs[i].end > t1) t1 = jobs[i].end;
@@ -104,14 +86,11 @@ int main(int argc, char **argv) {
       case 'a': first = atol(optarg); break;
       case 'b': last = atol(optarg); break;
       default:
-        fprintf(stderr, "usage: %s [-t threads] [-w writes] [-a first_size] [-b last_size]\n", argv[0]);
-        return 1;
+        return usage(argv[0], "[-t threads] [-w writes] [-a first_size] [-b last_size]");
     }
   }
-  if (nthreads < 1 || nthreads > MAX_THREADS || nwrites < 1 || first < 1 || last < first || last > 128) {
-    fprintf(stderr, "bad arguments\n");
-    return 1;
-  }
+  if (nthreads < 1 || nthreads > MAX_THREADS || nwrites < 1 || first < 1 || last < first || last > 128)
+    return bad_arguments();
   long line = sysconf(_SC_LEVEL1_DCACHE_LINESIZE);
   if (line <= 0) line = 64;
   uint64_t sum = 0;

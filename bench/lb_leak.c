@@ -25,18 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint64_t rng_next(uint64_t *s) {
-  uint64_t x = *s;
-  x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
-  *s = x;
-  return x * 0x2545F4914F6CDD1DULL;
-}
+#include "bench_common.h"
 
 static long nobjs = 10000, nrepl = -1, nrounds = 4;
 static size_t size = 40;
@@ -56,8 +45,7 @@ static void *worker(void *arg) {
     long k = (long)(rng_next(&c->rng) % (uint64_t)nobjs);
     c->sum += c->objs[k][0];
     free(c->objs[k]);
-    unsigned char *p = malloc(size);
-    if (!p) { fprintf(stderr, "malloc(%zu) failed\n", size); exit(2); }
+    unsigned char *p = malloc_or_die(size);
     memset(p, (int)(i & 0xff), size);
     c->objs[k] = p;
   }
@@ -82,13 +70,12 @@ int main(int argc, char **argv) {
       case 'k': nrepl = atol(optarg); break;
       case 'S': seed = strtoull(optarg, NULL, 0); break;
       default:
-        fprintf(stderr, "usage: %s [-t threads] [-r rounds] [-n objects_per_thread] [-s size] "
-                "[-k replacements_per_round] [-S seed]\n", argv[0]);
-        return 1;
+        return usage(argv[0], "[-t threads] [-r rounds] [-n objects_per_thread] [-s size] "
+                "[-k replacements_per_round] [-S seed]");
     }
   }
   if (nrepl < 0) nrepl = nobjs;
-  if (nthreads < 1 || nrounds < 1 || nobjs < 1 || size < 1) { fprintf(stderr, "bad arguments\n"); return 1; }
+  if (nthreads < 1 || nrounds < 1 || nobjs < 1 || size < 1) return bad_arguments();
   sem_init(&done_sem, 0, 0);
   pthread_attr_init(&detached);
   pthread_attr_setdetachstate(&detached, PTHREAD_CREATE_DETACHED);

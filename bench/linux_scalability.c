@@ -21,33 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Start gate (Dice & Garthwaite 2002 §4.1): workers wait until main has
- * taken the start time, so no work happens outside the timed interval. */
-static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
-static int gate_ready, gate_open;
-static void gate_wait(void) {
-  pthread_mutex_lock(&gate_mu);
-  gate_ready++;
-  pthread_cond_broadcast(&gate_cv);
-  while (!gate_open) pthread_cond_wait(&gate_cv, &gate_mu);
-  pthread_mutex_unlock(&gate_mu);
-}
-static double gate_release(int nthreads) {
-  pthread_mutex_lock(&gate_mu);
-  while (gate_ready < nthreads) pthread_cond_wait(&gate_cv, &gate_mu);
-  double t0 = now();
-  gate_open = 1;
-  pthread_cond_broadcast(&gate_cv);
-  pthread_mutex_unlock(&gate_mu);
-  return t0;
-}
+#include "bench_common.h"
 
 static long npairs = 200000000;
 static size_t size = 8;
@@ -64,8 +38,7 @@ static void *run(void *arg) {
   uint64_t sum = 0;
   gate_wait();
   for (long i = 0; i < npairs; i++) {
-    unsigned char *p = malloc(size);
-    if (!p) { fprintf(stderr, "malloc(%zu) failed\n", size); exit(2); }
+    unsigned char *p = malloc_or_die(size);
     p[0] = (unsigned char)i;
     p[size - 1] = (unsigned char)(i >> 3);
     sum += p[0] + p[size - 1] + ((uintptr_t)p & 0xff);
@@ -84,11 +57,10 @@ int main(int argc, char **argv) {
       case 'n': npairs = atol(optarg); break;
       case 's': size = (size_t)atol(optarg); break;
       default:
-        fprintf(stderr, "usage: %s [-t threads] [-n pairs_per_thread] [-s size]\n", argv[0]);
-        return 1;
+        return usage(argv[0], "[-t threads] [-n pairs_per_thread] [-s size]");
     }
   }
-  if (nthreads < 1 || npairs < 1 || size < 1) { fprintf(stderr, "bad arguments\n"); return 1; }
+  if (nthreads < 1 || npairs < 1 || size < 1) return bad_arguments();
   struct worker *w = calloc((size_t)nthreads, sizeof *w);
   for (int i = 0; i < nthreads; i++)
     if (pthread_create(&w[i].tid, NULL, run, &w[i])) { perror("pthread_create"); return 2; }

@@ -22,31 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
-static int gate_ready, gate_open;
-static void gate_wait(void) {
-  pthread_mutex_lock(&gate_mu);
-  gate_ready++;
-  pthread_cond_broadcast(&gate_cv);
-  while (!gate_open) pthread_cond_wait(&gate_cv, &gate_mu);
-  pthread_mutex_unlock(&gate_mu);
-}
-static double gate_release(int nthreads) {
-  pthread_mutex_lock(&gate_mu);
-  while (gate_ready < nthreads) pthread_cond_wait(&gate_cv, &gate_mu);
-  double t0 = now();
-  gate_open = 1;
-  pthread_cond_broadcast(&gate_cv);
-  pthread_mutex_unlock(&gate_mu);
-  return t0;
-}
+#include "bench_common.h"
 
 static long nblocks = 64;
 static size_t size = 64;
@@ -66,8 +42,7 @@ static void *run(void *arg) {
   gate_wait();
   while (!atomic_load_explicit(&stop_flag, memory_order_relaxed)) {
     for (long j = 0; j < nblocks; j++) {
-      unsigned char *p = malloc(size);
-      if (!p) { fprintf(stderr, "malloc(%zu) failed\n", size); exit(2); }
+      unsigned char *p = malloc_or_die(size);
       p[0] = (unsigned char)j;
       p[size - 1] = (unsigned char)pairs;
       b[j] = p;
@@ -93,11 +68,10 @@ int main(int argc, char **argv) {
       case 'b': nblocks = atol(optarg); break;
       case 's': size = (size_t)atol(optarg); break;
       default:
-        fprintf(stderr, "usage: %s [-t threads] [-d milliseconds] [-b blocks] [-s size]\n", argv[0]);
-        return 1;
+        return usage(argv[0], "[-t threads] [-d milliseconds] [-b blocks] [-s size]");
     }
   }
-  if (nthreads < 1 || ms < 1 || nblocks < 1 || size < 1) { fprintf(stderr, "bad arguments\n"); return 1; }
+  if (nthreads < 1 || ms < 1 || nblocks < 1 || size < 1) return bad_arguments();
   struct worker *w = calloc((size_t)nthreads, sizeof *w);
   for (int i = 0; i < nthreads; i++) {
     w[i].blocks = malloc((size_t)nblocks * sizeof(void *));

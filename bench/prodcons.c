@@ -19,7 +19,6 @@
  *   -d D   seconds (2)           -w WORK local work per task (500)
  */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -30,38 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
-static int gate_ready, gate_open;
-static void gate_wait(void) {
-  pthread_mutex_lock(&gate_mu);
-  gate_ready++;
-  pthread_cond_broadcast(&gate_cv);
-  while (!gate_open) pthread_cond_wait(&gate_cv, &gate_mu);
-  pthread_mutex_unlock(&gate_mu);
-}
-static double gate_release(int nthreads) {
-  pthread_mutex_lock(&gate_mu);
-  while (gate_ready < nthreads) pthread_cond_wait(&gate_cv, &gate_mu);
-  double t0 = now();
-  gate_open = 1;
-  pthread_cond_broadcast(&gate_cv);
-  pthread_mutex_unlock(&gate_mu);
-  return t0;
-}
-
-static uint64_t rng_next(uint64_t *s) {
-  uint64_t x = *s;
-  x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
-  *s = x;
-  return x * 0x2545F4914F6CDD1DULL;
-}
+#include "bench_common.h"
 
 #define DB_ITEMS (1 << 20)
 #define HIST_BINS 16
@@ -109,8 +77,7 @@ struct worker {
 };
 
 static void *xmalloc(size_t n, struct worker *w) {
-  void *p = malloc(n);
-  if (!p) { fprintf(stderr, "malloc(%zu) failed\n", n); exit(2); }
+  void *p = malloc_or_die(n);
   w->mallocs++;
   return p;
 }
@@ -247,14 +214,10 @@ int main(int argc, char **argv) {
       case 'd': duration = atof(optarg); break;
       case 'w': work = atoi(optarg); break;
       default:
-        fprintf(stderr, "usage: %s [-t threads] [-d seconds] [-w work]\n", argv[0]);
-        return 1;
+        return usage(argv[0], "[-t threads] [-d seconds] [-w work]");
     }
   }
-  if (nthreads < 1 || nthreads > MAX_THREADS || duration <= 0 || work < 0) {
-    fprintf(stderr, "bad arguments\n");
-    return 1;
-  }
+  if (nthreads < 1 || nthreads > MAX_THREADS || duration <= 0 || work < 0) return bad_arguments();
   db = malloc(DB_ITEMS * sizeof *db);
   if (!db) { fprintf(stderr, "out of memory\n"); return 2; }
   uint64_t rng = 12345;
@@ -271,8 +234,7 @@ int main(int argc, char **argv) {
     if (pthread_create(&w[i].tid, NULL, run, &w[i])) { perror("pthread_create"); return 2; }
   }
   double t0 = gate_release(nthreads);
-  struct timespec ts = {(time_t)duration, (long)((duration - (double)(time_t)duration) * 1e9)};
-  while (nanosleep(&ts, &ts) && errno == EINTR) {}
+  sleep_seconds(duration);
   double t1 = now();
   atomic_store(&stop_flag, 1);
   uint64_t tasks = 0, sum = 0, mallocs = 0, frees = 0;

@@ -24,38 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
-static int gate_ready, gate_open;
-static void gate_wait(void) {
-  pthread_mutex_lock(&gate_mu);
-  gate_ready++;
-  pthread_cond_broadcast(&gate_cv);
-  while (!gate_open) pthread_cond_wait(&gate_cv, &gate_mu);
-  pthread_mutex_unlock(&gate_mu);
-}
-static double gate_release(int nthreads) {
-  pthread_mutex_lock(&gate_mu);
-  while (gate_ready < nthreads) pthread_cond_wait(&gate_cv, &gate_mu);
-  double t0 = now();
-  gate_open = 1;
-  pthread_cond_broadcast(&gate_cv);
-  pthread_mutex_unlock(&gate_mu);
-  return t0;
-}
-
-static uint64_t rng_next(uint64_t *s) {
-  uint64_t x = *s;
-  x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
-  *s = x;
-  return x * 0x2545F4914F6CDD1DULL;
-}
+#include "bench_common.h"
 
 static int xexp = 4;
 static long cycles = 60;
@@ -88,8 +57,7 @@ static void *run(void *arg) {
     n[g] = 0;
     while (bytes < volume && n[g] < cap) {
       size_t sz = lo + (size_t)(rng_next(&rng) % span);
-      unsigned char *p = malloc(sz);
-      if (!p) { fprintf(stderr, "malloc(%zu) failed\n", sz); exit(2); }
+      unsigned char *p = malloc_or_die(sz);
       for (size_t o = 4096; o < sz; o += 4096) p[o] = (unsigned char)o;
       p[0] = (unsigned char)(objects | 1);
       p[sz - 1] = (unsigned char)cyc;
@@ -121,12 +89,10 @@ int main(int argc, char **argv) {
       case 'c': cycles = atol(optarg); break;
       case 'S': seed = strtoull(optarg, NULL, 0); break;
       default:
-        fprintf(stderr, "usage: %s [-t threads] [-x size_exponent] [-v bytes_per_cycle] [-c cycles] [-S seed]\n",
-                argv[0]);
-        return 1;
+        return usage(argv[0], "[-t threads] [-x size_exponent] [-v bytes_per_cycle] [-c cycles] [-S seed]");
     }
   }
-  if (nthreads < 1 || xexp < 0 || xexp > 28 || cycles < 1 || volume < 1) { fprintf(stderr, "bad arguments\n"); return 1; }
+  if (nthreads < 1 || xexp < 0 || xexp > 28 || cycles < 1 || volume < 1) return bad_arguments();
   struct worker *w = calloc((size_t)nthreads, sizeof *w);
   for (int i = 0; i < nthreads; i++) {
     w[i].id = i;
