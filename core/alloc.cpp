@@ -63,8 +63,6 @@ void* malloc_medium_or_large(size_t n) {
   return p;
 }
 
-void* fw_alloc(size_t n) { return alloc_small(n); }
-
 void* fw_alloc_zeroed(size_t count, size_t n) {
   size_t total;
   if (__builtin_mul_overflow(count, n, &total)) {

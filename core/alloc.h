@@ -44,7 +44,6 @@ FW_INLINE void* alloc_small(size_t n) {
 }
 
 // The rest of the malloc family (alloc.cpp). They set errno on failure.
-void* fw_alloc(size_t n);                      // malloc
 void* fw_alloc_zeroed(size_t count, size_t n); // calloc
 void* fw_alloc_aligned(size_t align, size_t n);// align: a power of two (checked by callers)
 void* fw_realloc_impl(void* p, size_t n);

@@ -40,7 +40,7 @@
 
 namespace fw {
 
-enum LabKind : uint32_t { kLabIdle = 0, kLabThread = 1, kLabTransient = 2, kLabPlaceholder = 3 };
+enum LabKind : uint32_t { kLabIdle = 0, kLabThread = 1, kLabTransient = 2 };
 
 struct Lab {
   void* free[kClassCount];  // first: the fast path indexes it from the LAB pointer

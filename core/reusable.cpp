@@ -21,11 +21,4 @@ Span* reusable_pop(unsigned cls) {
   return i == kNoIndex ? nullptr : span_at(i);
 }
 
-uint64_t reusable_count(unsigned cls) {
-  uint64_t n = 0;
-  for (uint32_t i = g_reusable[cls].peek(); i != kNoIndex && n < (1u << 22); n++)
-    i = span_at(i)->reuse_next.load(std::memory_order_relaxed) - 1;
-  return n;
-}
-
 }  // namespace fw

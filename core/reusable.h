@@ -22,6 +22,5 @@ namespace fw {
 
 void reusable_push(Span* s, unsigned cls);
 Span* reusable_pop(unsigned cls);
-uint64_t reusable_count(unsigned cls);  // spans linked in the stack (walk; for stats while quiet)
 
 }  // namespace fw

@@ -60,11 +60,6 @@ void follow_up(Span* s, After after) {
 
 }  // namespace
 
-const char* span_state_name(uint32_t state) {
-  static const char* const names[] = {"free", "hot", "full", "partial", "large", "large-tail", "huge", "?"};
-  return names[state & 7];
-}
-
 uint32_t reuse_threshold(uint32_t capacity) {
   // percent / 100 as a 16.16 fraction, computed once: a multiply and a shift
   // per call instead of a division (this runs on every remote free).

@@ -66,7 +66,6 @@ enum SpanState : uint32_t {
   kHuge = 6,       // head of a huge region in use
 };
 
-const char* span_state_name(uint32_t state);
 
 struct Anchor {
   uint32_t head;   // block index + 1, 0 = empty
