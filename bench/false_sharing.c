@@ -1,11 +1,19 @@
-/* passive-false: Berger et al. 2000 (Hoard) §2.1 and §5.3; Michael 2004 §4.1.
+/* active-false and passive-false: Berger et al. 2000 (Hoard) §2.1 and §5.3;
+ * Michael 2004 §4.1.  One source, built twice (bench/CMakeLists.txt): the
+ * passive-false binary is compiled with -DPASSIVE_FALSE.
  *
- * Tests whether the allocator *passively* induces false sharing: the main
- * thread allocates T small blocks back to back (likely in one cache line)
- * and hands one to each thread, which frees it at once and then proceeds as
- * in active-false: repeatedly allocate one block, write every byte of it W
- * times, free it.  An allocator that lets each thread reuse the piece of the
- * shared cache line it just freed keeps the false sharing going.
+ * active-false tests whether the allocator *actively* induces false sharing:
+ * each of T threads repeatedly allocates one small block, writes every byte
+ * of it W times, and frees it.  If the allocator hands blocks from one cache
+ * line to different threads, the writes make the line ping-pong between
+ * cores and the run slows down.  The allocation rate is low next to the
+ * writes, so malloc latency matters little.  Every thread does the same work.
+ *
+ * passive-false tests whether it *passively* induces false sharing: the main
+ * thread first allocates T small blocks back to back (likely in one cache
+ * line) and hands one to each thread, which frees it at once and then
+ * proceeds as in active-false.  An allocator that lets each thread reuse the
+ * piece of the shared cache line it just freed keeps the false sharing going.
  *
  *   -t T   threads (1)       -n N   malloc/free pairs per thread (300000)
  *   -w W   writes to each byte per pair (1000)    -s S  block size (8)
@@ -70,12 +78,16 @@ int main(int argc, char **argv) {
   }
   if (nthreads < 1 || npairs < 1 || writes < 1 || size < 1) return bad_arguments();
   struct worker *w = calloc((size_t)nthreads, sizeof *w);
+#ifdef PASSIVE_FALSE
   const char *name = "passive-false";
   for (int i = 0; i < nthreads; i++) {
     w[i].initial = malloc(size);
     if (!w[i].initial) { fprintf(stderr, "malloc failed\n"); return 2; }
     memset(w[i].initial, 1, size);
   }
+#else
+  const char *name = "active-false";
+#endif
   for (int i = 0; i < nthreads; i++)
     if (pthread_create(&w[i].tid, NULL, run, &w[i])) { perror("pthread_create"); return 2; }
   double t0 = gate_release(nthreads), t1 = t0;
