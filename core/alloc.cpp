@@ -17,10 +17,6 @@ FW_INLINE void leave(Lab* lab) {
   tls_lab = lab;
 }
 
-FW_INLINE bool is_placeholder(const Lab* lab) {
-  return lab == &g_lab_empty || lab == &g_lab_busy || lab == &g_lab_dead;
-}
-
 // One allocation from a transient LAB, for a call that cannot use its thread's
 // LAB (inside a signal handler that interrupted malloc/free, or after the
 // thread's LAB was released at exit).

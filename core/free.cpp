@@ -23,26 +23,22 @@ void free_slow(Lab* lab, void* p, Span* d) {
   uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
   if (state == kHot || state == kFull || state == kPartial) {
     unsigned c = d->cls.load(std::memory_order_relaxed);
-    bool placeholder = mine == &g_lab_empty || mine == &g_lab_busy || mine == &g_lab_dead;
-    if (!placeholder && d == mine->pending_span) span_check_free(d, p);  // the fast path's check failed: report
-    if (!placeholder && d->owner.load(std::memory_order_relaxed) == mine) {
-      // Our own span: either the fast path's block check failed (this reports
-      // it), or the thread's first call found a LAB that already owns the span.
-      span_check_free(d, p);
-      set_canary(p);
-      block_link(p, mine->free[c]);
-      mine->free[c] = p;
-    } else if (!placeholder) {
-      span_check_free(d, p);
-      set_canary(p);
-      lab_defer_free(mine, d, p);  // batched: one CAS per run of frees into one span
-    } else {
+    if (is_placeholder(mine)) {
       span_free_remote(d, p);
-    }
-    if (placeholder)
       stats_count_unbound_free(c);
-    else
+    } else {
+      // Reports the bad free when the fast path's block check is what sent us here.
+      span_check_free(d, p);
+      set_canary(p);
+      if (d->owner.load(std::memory_order_relaxed) == mine) {
+        // The thread's first call found a LAB that already owns this span.
+        block_link(p, mine->free[c]);
+        mine->free[c] = p;
+      } else {
+        lab_defer_free(mine, d, p);  // batched: one CAS per run of frees into one span
+      }
       lab_count(mine->frees[c]);
+    }
   } else if (state == kLarge || state == kLargeTail || state == kHuge) {
     large_free(p, d);
   } else {

@@ -64,6 +64,10 @@ extern Lab g_lab_empty;  // a thread that has not called freeway yet
 extern Lab g_lab_busy;   // the thread is inside malloc/free
 extern Lab g_lab_dead;   // the thread's LAB was released at thread exit
 
+FW_INLINE bool is_placeholder(const Lab* lab) {
+  return lab == &g_lab_empty || lab == &g_lab_busy || lab == &g_lab_dead;
+}
+
 // The calling thread's LAB (or a placeholder). Initial-exec TLS: one
 // fs-relative load, no initialisation check.
 extern __thread Lab* tls_lab __attribute__((tls_model("initial-exec")));
