@@ -119,6 +119,25 @@ void give_leftover(uint32_t index, uint32_t len) {
   }
 }
 
+// Pops every free span and run from every stack, counts it as taken, and
+// chains the heads through pool_next (they are the caller's alone until pushed
+// again; other threads may pop and push meanwhile). Returns the chain's head.
+uint32_t take_all() {
+  uint32_t chain = kNoIndex;
+  auto grab = [&](SpanStack& st) {
+    for (uint32_t i = st.pop(); i != kNoIndex; i = st.pop()) {
+      taken(i, span_at(i)->run_len.load(std::memory_order_relaxed));
+      span_at(i)->pool_next.store(chain, std::memory_order_relaxed);
+      chain = i;
+    }
+  };
+  for (auto& tier : g_single)
+    for (auto& st : tier) grab(st);
+  for (auto& st : g_exact) grab(st);
+  for (auto& st : g_log) grab(st);
+  return chain;
+}
+
 // Gathers every free span and run from every stack and pushes them back as
 // maximal contiguous runs, so that spans freed one by one can serve a long run
 // instead of new address space. Lock-free: each pop and push is; the rest is
@@ -131,20 +150,11 @@ void give_leftover(uint32_t index, uint32_t len) {
 std::atomic<uint32_t> g_coalesce_calls{0};
 bool coalesce(uint32_t n) {
   const uint32_t kGathered = 0x80000000u | (g_coalesce_calls.fetch_add(1, std::memory_order_relaxed) & 0x7fffffffu);
-  uint32_t chain = kNoIndex;
-  auto grab = [&](SpanStack& st) {
-    for (uint32_t i = st.pop(); i != kNoIndex; i = st.pop()) {
-      uint32_t len = span_at(i)->run_len.load(std::memory_order_relaxed);
-      Span* s = taken(i, len);
-      for (uint32_t k = 0; k < len; k++) span_at(i + k)->offset.store(kGathered, std::memory_order_relaxed);
-      s->pool_next.store(chain, std::memory_order_relaxed);
-      chain = i;
-    }
-  };
-  for (auto& tier : g_single)
-    for (auto& st : tier) grab(st);
-  for (auto& st : g_exact) grab(st);
-  for (auto& st : g_log) grab(st);
+  uint32_t chain = take_all();
+  for (uint32_t h = chain; h != kNoIndex; h = span_at(h)->pool_next.load(std::memory_order_relaxed)) {
+    uint32_t len = span_at(h)->run_len.load(std::memory_order_relaxed);
+    for (uint32_t k = 0; k < len; k++) span_at(h + k)->offset.store(kGathered, std::memory_order_relaxed);
+  }
   auto gathered = [kGathered](uint32_t i) {
     return span_at(i)->offset.load(std::memory_order_relaxed) == kGathered;
   };
@@ -278,28 +288,14 @@ void span_forget_committed(Span* s) {
 }
 
 void pool_collect() {
-  // Pop everything, decommit, push back. Other threads may pop and push at the
-  // same time: each span we hold is ours alone while we hold it.
-  // Popped spans are chained through pool_next (they are ours until pushed).
-  auto drain = [](SpanStack& st) {
-    uint32_t chain = kNoIndex;
-    for (uint32_t i = st.pop(); i != kNoIndex; i = st.pop()) {
-      span_at(i)->pool_next.store(chain, std::memory_order_relaxed);
-      chain = i;
-    }
-    while (chain != kNoIndex) {
-      Span* s = span_at(chain);
-      chain = s->pool_next.load(std::memory_order_relaxed);
-      uint32_t len = s->run_len.load(std::memory_order_relaxed);
-      taken(span_index(s), len);
-      decommit_span(s);
-      push_free(s, len);
-    }
-  };
-  for (auto& tier : g_single)
-    for (auto& st : tier) drain(st);
-  for (auto& st : g_exact) drain(st);
-  for (auto& st : g_log) drain(st);
+  // Take everything, decommit, push back (push_free overwrites pool_next, so
+  // read the next link first).
+  for (uint32_t i = take_all(); i != kNoIndex;) {
+    Span* s = span_at(i);
+    i = s->pool_next.load(std::memory_order_relaxed);
+    decommit_span(s);
+    push_free(s, s->run_len.load(std::memory_order_relaxed));
+  }
 }
 
 uint64_t pool_retained_bytes() { return g_retained.load(std::memory_order_relaxed); }
