@@ -85,6 +85,19 @@ FW_API void fw_stats(fw_stats_t* out);
 /* Writes a readable summary of fw_stats to the file descriptor fd. */
 FW_API void fw_stats_print(int fd);
 
+/* Live telemetry for freeway-inspect (freeway_telemetry.h, docs/telemetry.md).
+ * fw_telemetry_start() publishes the heap's state in a shared-memory segment,
+ * /dev/shm/freeway.<pid> (mode 0600), refreshed FREEWAY_TELEMETRY_HZ times a
+ * second by a background thread, until fw_telemetry_stop() or exit (which
+ * remove it). FREEWAY_TELEMETRY=1 starts it when the library loads. Returns 0
+ * when publishing (or already publishing), -1 with errno set otherwise (the
+ * program carries on without telemetry). After fork() the child does not
+ * publish until it calls fw_telemetry_start() itself. */
+FW_API int fw_telemetry_start(void);
+FW_API void fw_telemetry_stop(void);
+/* Nonzero while this process publishes. */
+FW_API int fw_telemetry_active(void);
+
 /* Walks every internal structure and checks its invariants. Returns 0 when all
  * hold, or the number of violations found (each described on stderr). Meant
  * for tests and debugging: call it while no other thread allocates. */

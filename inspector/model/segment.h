@@ -1,0 +1,54 @@
+// inspector/model/segment.h: finding, attaching to and reading telemetry segments.
+//
+// A Segment is a read-only view of one published segment (mapped PROT_READ from
+// /dev/shm/freeway.<pid>) or of bytes in memory (tests, fuzzing). take() copies a
+// consistent snapshot under the sequence lock (a torn copy is retried, never
+// returned) and validates it; any inconsistency is an error string, never a crash.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "inspector/model/snapshot.h"
+
+namespace fwi {
+
+// A process that publishes telemetry, as found in /dev/shm.
+struct ProcessEntry {
+  uint64_t pid = 0;
+  std::string exe;
+  std::string path;       // the segment's path
+  bool alive = false;     // the pid runs and is the process that created the segment
+  uint64_t live_bytes = 0, committed_bytes = 0;
+};
+
+// Every freeway.<pid> segment in dir (default /dev/shm). With prune, segments of
+// dead or recycled pids that the caller may remove are unlinked and left out.
+std::vector<ProcessEntry> list_processes(bool prune, const std::string& dir = "/dev/shm");
+
+class Segment {
+ public:
+  // Attaches to the segment of pid. nullptr with *err set to one line when the
+  // pid does not run, publishes nothing, or its segment is invalid or of
+  // another major version.
+  static std::unique_ptr<Segment> attach(uint64_t pid, std::string* err, const std::string& dir = "/dev/shm");
+  // A segment held in memory (tests and the fuzzer). Validates the header.
+  static std::unique_ptr<Segment> from_bytes(std::vector<uint8_t> bytes, std::string* err);
+  ~Segment();
+
+  // A consistent, validated snapshot; false with *err on failure (after a
+  // bounded number of retries when the writer keeps changing it).
+  bool take(Snapshot* out, std::string* err);
+  // Whether the process behind the segment still runs (always true for bytes).
+  bool alive() const;
+  const std::string& path() const;
+  uint64_t pid() const;
+
+ private:
+  Segment() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fwi
