@@ -27,6 +27,18 @@ struct ProcessEntry {
 // dead or recycled pids that the caller may remove are unlinked and left out.
 std::vector<ProcessEntry> list_processes(bool prune, const std::string& dir = "/dev/shm");
 
+// Field 22 of /proc/<pid>/stat (the start time in clock ticks since boot),
+// which tells a recycled pid from the process that created a segment.
+bool process_start_ticks(uint64_t pid, uint64_t* ticks);
+
+// The content checks every snapshot passes before anyone sees it (take() and
+// the recording reader run them): every span state known, the class of every
+// small span below the class count, carved and remote_count within capacity,
+// a LARGE_TAIL's head index inside the table, owner <= lab_capacity, region
+// kinds known, next_vspan <= vspans_per_region, no class of block size 0.
+// Empty when valid, else one line naming the record ("span 17: ...").
+std::string validate_snapshot(const Snapshot& s, uint32_t lab_capacity);
+
 class Segment {
  public:
   // Attaches to the segment of pid. nullptr with *err set to one line when the
