@@ -4,8 +4,9 @@
 //
 //   file   = "FWREC" varint(format version = 1) varint(telemetry major) varint(telemetry minor) frame*
 //   frame  = varint(body length) body
-//   body   = u8 flags [identity] record(process) zz(events_missed) zz(events_dropped)
-//            table(classes) table(regions) table(spans) table(labs) events
+//   body   = u8 flags [identity] record(process) [zz(events_missed) zz(events_dropped)]
+//            [table(classes)] [table(regions)] [table(spans)] [table(labs)] [events]
+//            (each part in brackets present only when its flag bit says so)
 //   table  = varint(count) varint(runs) { varint(gap) varint(len) record{len} }{runs}
 //   record = varint(bitmap of changed 64-bit words) { zz(word - previous word) }{popcount}
 //   events = varint(n) { varint(word){5} }{n}
@@ -27,6 +28,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "inspector/model/segment.h"
@@ -38,7 +40,10 @@ namespace {
 constexpr char kMagic[5] = {'F', 'W', 'R', 'E', 'C'};
 constexpr uint64_t kFormatVersion = 1;
 constexpr uint64_t kMaxFrameBytes = uint64_t(1) << 30;
-constexpr uint8_t kFlagIdentity = 1;
+// Flag bits of a frame: which optional parts follow. An absent table or
+// counter pair is the previous frame's; absent events are none.
+constexpr uint8_t kFlagIdentity = 1, kFlagClasses = 2, kFlagRegions = 4, kFlagSpans = 8, kFlagLabs = 16,
+                  kFlagEvents = 32, kFlagEventCounters = 64, kFlagsKnown = 127;
 // Limits a decoded frame must respect (those of a segment header, segment.cpp).
 constexpr uint64_t kMaxClasses = 64, kMaxRegions = 1u << 20, kMaxSpans = 1u << 26, kMaxLabs = 1u << 20,
                    kMaxEvents = 1u << 20, kMaxVspansPerRegion = 1u << 20;
@@ -250,7 +255,16 @@ bool RecordingWriter::append(const Snapshot& s, std::string* err) {
                   s.version_major != p.version_major || s.version_minor != p.version_minor ||
                   s.vspans_per_region != p.vspans_per_region || s.vspan_shift != p.vspan_shift ||
                   s.page_size != p.page_size || s.hz != p.hz;
-  b.push_back(identity ? kFlagIdentity : 0);
+  auto differs = [&](const auto& a, const auto& c) {
+    using T = typename std::decay_t<decltype(a)>::value_type;
+    return I.first || a.size() != c.size() || (!a.empty() && std::memcmp(a.data(), c.data(), a.size() * sizeof(T)) != 0);
+  };
+  const bool counters = I.first || s.events_missed != p.events_missed || s.events_dropped != p.events_dropped;
+  uint8_t flags = (identity ? kFlagIdentity : 0) | (differs(p.classes, s.classes) ? kFlagClasses : 0) |
+                  (differs(p.regions, s.regions) ? kFlagRegions : 0) | (differs(p.spans, s.spans) ? kFlagSpans : 0) |
+                  (differs(p.labs, s.labs) ? kFlagLabs : 0) | (s.events.empty() ? 0 : kFlagEvents) |
+                  (counters ? kFlagEventCounters : 0);
+  b.push_back(flags);
   if (identity) {
     for (uint64_t v : {s.pid, s.process_start_ticks, uint64_t(s.version_major), uint64_t(s.version_minor),
                        uint64_t(s.vspans_per_region), uint64_t(s.vspan_shift), uint64_t(s.page_size), s.hz})
@@ -260,17 +274,21 @@ bool RecordingWriter::append(const Snapshot& s, std::string* err) {
     b.insert(b.end(), s.exe.begin(), s.exe.begin() + ptrdiff_t(n));
   }
   put_record(&b, I.first ? nullptr : &p.process, s.process);
-  put_varint(&b, zigzag(s.events_missed - (I.first ? 0 : p.events_missed)));
-  put_varint(&b, zigzag(s.events_dropped - (I.first ? 0 : p.events_dropped)));
-  put_table(&b, p.classes, s.classes);
-  put_table(&b, p.regions, s.regions);
-  put_table(&b, p.spans, s.spans);
-  put_table(&b, p.labs, s.labs);
-  put_varint(&b, s.events.size());
-  for (const fwt_event& e : s.events) {
-    uint64_t w[kWords<fwt_event>];
-    words_of(e, w);
-    for (uint64_t x : w) put_varint(&b, x);
+  if (flags & kFlagEventCounters) {
+    put_varint(&b, zigzag(s.events_missed - (I.first ? 0 : p.events_missed)));
+    put_varint(&b, zigzag(s.events_dropped - (I.first ? 0 : p.events_dropped)));
+  }
+  if (flags & kFlagClasses) put_table(&b, p.classes, s.classes);
+  if (flags & kFlagRegions) put_table(&b, p.regions, s.regions);
+  if (flags & kFlagSpans) put_table(&b, p.spans, s.spans);
+  if (flags & kFlagLabs) put_table(&b, p.labs, s.labs);
+  if (flags & kFlagEvents) {
+    put_varint(&b, s.events.size());
+    for (const fwt_event& e : s.events) {
+      uint64_t w[kWords<fwt_event>];
+      words_of(e, w);
+      for (uint64_t x : w) put_varint(&b, x);
+    }
   }
   std::vector<uint8_t> frame;
   put_varint(&frame, b.size());
@@ -388,8 +406,9 @@ bool RecordingReader::next(Snapshot* out, std::string* err) {
   int r = I.file_varint(&len);
   if (r == 0) return false;  // clean end
   if (r < 0) return bad("truncated or bad frame length");
-  if (len == 0 || len > kMaxFrameBytes || len > I.size - std::min(I.size, I.pos))
-    return bad("frame length " + std::to_string(len) + " beyond the file");
+  if (len == 0 || len > kMaxFrameBytes) return bad("bad frame length " + std::to_string(len));
+  if (len > I.size - std::min(I.size, I.pos))
+    return bad("truncated frame (" + std::to_string(len) + " bytes, beyond the end of the file)");
   I.body.resize(size_t(len));
   if (std::fread(I.body.data(), 1, size_t(len), I.f) != len) return bad("truncated frame");
   I.pos += len;
@@ -400,7 +419,7 @@ bool RecordingReader::next(Snapshot* out, std::string* err) {
     s = I.prev;  // the base of every delta
   }
   uint8_t flags = c.byte("flags");
-  if ((flags & ~kFlagIdentity) != 0) return bad("unknown flags");
+  if ((flags & ~kFlagsKnown) != 0) return bad("unknown flags");
   if (!I.have_prev && !(flags & kFlagIdentity)) return bad("the first frame has no identity");
   if (flags & kFlagIdentity) {
     s.pid = c.varint("pid");
@@ -424,20 +443,26 @@ bool RecordingReader::next(Snapshot* out, std::string* err) {
     c.p += n;
   }
   get_record(&c, "process", &s.process);
-  s.events_missed += unzigzag(c.varint("events_missed"));
-  s.events_dropped += unzigzag(c.varint("events_dropped"));
-  get_table(&c, "classes", kMaxClasses, &s.classes);
-  get_table(&c, "regions", kMaxRegions, &s.regions);
-  get_table(&c, "spans", kMaxSpans, &s.spans);
-  get_table(&c, "labs", kMaxLabs, &s.labs);
-  uint64_t nev = c.varint("events");
-  if (!c.ok()) return bad(c.err);
-  if (nev > kMaxEvents || nev * 5 > c.left()) return bad("event count " + std::to_string(nev) + " out of bounds");
-  s.events.resize(size_t(nev));
-  for (fwt_event& e : s.events) {
-    uint64_t w[kWords<fwt_event>];
-    for (uint64_t& x : w) x = c.varint("event");
-    std::memcpy(&e, w, sizeof e);
+  if (flags & kFlagEventCounters) {
+    s.events_missed += unzigzag(c.varint("events_missed"));
+    s.events_dropped += unzigzag(c.varint("events_dropped"));
+  }
+  if (flags & kFlagClasses) get_table(&c, "classes", kMaxClasses, &s.classes);
+  if (flags & kFlagRegions) get_table(&c, "regions", kMaxRegions, &s.regions);
+  if (flags & kFlagSpans) get_table(&c, "spans", kMaxSpans, &s.spans);
+  if (flags & kFlagLabs) get_table(&c, "labs", kMaxLabs, &s.labs);
+  s.events.clear();
+  if (flags & kFlagEvents) {
+    uint64_t nev = c.varint("events");
+    if (!c.ok()) return bad(c.err);
+    if (nev == 0 || nev > kMaxEvents || nev * 5 > c.left())
+      return bad("event count " + std::to_string(nev) + " out of bounds");
+    s.events.resize(size_t(nev));
+    for (fwt_event& e : s.events) {
+      uint64_t w[kWords<fwt_event>];
+      for (uint64_t& x : w) x = c.varint("event");
+      std::memcpy(&e, w, sizeof e);
+    }
   }
   if (!c.ok()) return bad(c.err);
   if (c.left() != 0) return bad(std::to_string(c.left()) + " bytes left over in the frame");
