@@ -1,8 +1,8 @@
 // inspector/model/recording.h: the recording file format (record / replay / diff).
 //
 // A recording is a versioned file: a file header, then one frame per snapshot,
-// each delta-encoded against the previous frame (see docs/telemetry.md,
-// "Recording format"). A snapshot file (`snapshot --out`) is a recording of one frame.
+// each delta-encoded against the previous frame (see docs/recording.md).
+// A snapshot file (`snapshot --out`) is a recording of one frame.
 #pragma once
 #include <cstdint>
 #include <cstdio>
