@@ -464,6 +464,38 @@ TEST_CASE("attach explains why it cannot") {
   CHECK(err.find("symbolic link") != std::string::npos);
 }
 
+TEST_CASE("a process that exited but was not reaped yet (a zombie) has a stale segment") {
+  TempDir dir;
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  REQUIRE(child > 0);
+  // Wait (up to 10 s) for the child to become a zombie.
+  uint64_t ticks = 0;
+  bool zombie = false;
+  for (int i = 0; i < 1000 && !zombie; i++) {
+    std::ifstream st("/proc/" + std::to_string(child) + "/stat");
+    std::string line;
+    std::getline(st, line);
+    size_t close_paren = line.rfind(')');
+    zombie = close_paren != std::string::npos && line.size() > close_paren + 2 && line[close_paren + 2] == 'Z';
+    if (!zombie) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(zombie);
+  REQUIRE(fwi::process_start_ticks(uint64_t(child), &ticks));
+  SegmentBuilder sb = small_heap();
+  sb.pid = uint64_t(child);
+  sb.start_ticks = ticks;
+  write_file(dir.path + "/freeway." + std::to_string(child), sb.build());
+  std::string err;
+  CHECK_FALSE(fwi::Segment::attach(uint64_t(child), &err, dir.path));
+  CHECK(err == "process " + std::to_string(child) + ": stale segment (the process has exited)");
+  auto l = fwi::list_processes(false, dir.path);
+  REQUIRE(l.size() == 1);
+  CHECK_FALSE(l[0].alive);
+  int status = 0;
+  waitpid(child, &status, 0);
+}
+
 TEST_CASE("list shows live and stale segments; prune removes only the stale ones") {
   TempDir dir;
   uint64_t me = uint64_t(getpid()), dead = dead_pid();

@@ -248,8 +248,8 @@ std::string validate_snapshot(const Snapshot& s, uint32_t lab_capacity) {
 
 namespace {
 
-// Field 22 of /proc/<pid>/stat (start time in clock ticks since boot).
-bool read_start_ticks(uint64_t pid, uint64_t* ticks) {
+// Fields 3 (state) and 22 (start time in clock ticks since boot) of /proc/<pid>/stat.
+bool read_proc_stat(uint64_t pid, char* state, uint64_t* ticks) {
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%llu/stat", static_cast<unsigned long long>(pid));
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -263,6 +263,8 @@ bool read_start_ticks(uint64_t pid, uint64_t* ticks) {
   char* p = std::strrchr(buf, ')');
   if (p == nullptr) return false;
   p++;
+  while (*p == ' ') p++;
+  *state = *p;
   // Field 3 is the first after ')'; field 22 is the 20th from there.
   for (int field = 3; field < 22; field++) {
     while (*p == ' ') p++;
@@ -278,16 +280,24 @@ bool read_start_ticks(uint64_t pid, uint64_t* ticks) {
   return true;
 }
 
+// Whether pid names a process that has not exited: kill(pid, 0) succeeds (or
+// is refused: another user's process), and it is not a zombie waiting for
+// its parent (an exited process keeps its pid until then).
 bool pid_runs(uint64_t pid) {
   if (pid == 0 || pid > uint64_t(INT32_MAX)) return false;
-  return kill(pid_t(pid), 0) == 0 || errno == EPERM;
+  if (kill(pid_t(pid), 0) != 0 && errno != EPERM) return false;
+  char state = 0;
+  uint64_t t = 0;
+  if (read_proc_stat(pid, &state, &t)) return state != 'Z' && state != 'X';
+  return true;  // no /proc: kill() is all there is
 }
 
 // Whether pid runs and is the process whose start time is start_ticks.
 bool same_process(uint64_t pid, uint64_t start_ticks) {
   if (!pid_runs(pid)) return false;
+  char state = 0;
   uint64_t t = 0;
-  if (!read_start_ticks(pid, &t)) return false;
+  if (!read_proc_stat(pid, &state, &t)) return false;
   return t == start_ticks;
 }
 
@@ -322,7 +332,10 @@ bool pread_all(int fd, void* buf, size_t n, uint64_t off) {
 
 }  // namespace
 
-bool process_start_ticks(uint64_t pid, uint64_t* ticks) { return read_start_ticks(pid, ticks); }
+bool process_start_ticks(uint64_t pid, uint64_t* ticks) {
+  char state = 0;
+  return read_proc_stat(pid, &state, ticks);
+}
 
 // ---------------------------------------------------------------------------
 // list_processes
