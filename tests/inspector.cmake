@@ -4,9 +4,13 @@
 #
 #   test_inspector_model   header validation, snapshots, events, derive(),
 #                          check_spans(), history, recordings (doctest cases)
-#   inspector_fuzz_replay  the reader's fuzz entry on the seed corpus
-#                          (tests/fuzz/inspector/) plus a fixed-seed mutation
-#                          loop over valid segments and recordings
+#   inspector_fuzz_replay  the reader's fuzz entry on the seed corpus and the
+#                          saved crashes (tests/fuzz/inspector/seeds and
+#                          regressions/, which is absent until the fuzzer finds
+#                          something) plus 20,000 fixed-seed mutations of valid
+#                          segments and recordings (about 0.4 s)
+#   fwi_fuzz               (-DFREEWAY_FUZZ=ON, clang) the libFuzzer build of the
+#                          same entry
 #
 # With FREEWAY_INSPECTOR=OFF (no GUI libraries) the model is still built here.
 if(NOT TARGET fwi_model)
@@ -25,7 +29,8 @@ if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/inspector/harness.cpp)
   add_executable(fwi_fuzz_replay fuzz/inspector/harness.cpp fuzz/inspector/replay_main.cpp)
   target_link_libraries(fwi_fuzz_replay PRIVATE fwi_model)
   add_test(NAME inspector_fuzz_replay
-           COMMAND fwi_fuzz_replay --mutate 20000 ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/inspector/seeds)
+           COMMAND fwi_fuzz_replay --mutate 20000 ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/inspector/seeds
+                   ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/inspector/regressions)
   set_tests_properties(inspector_fuzz_replay PROPERTIES TIMEOUT 300 LABELS inspector)
   if(FREEWAY_FUZZ)
     add_executable(fwi_fuzz fuzz/inspector/harness.cpp)
