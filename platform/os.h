@@ -65,6 +65,39 @@ void write_fd(int fd, const char* s, size_t n);
 [[noreturn]] void abort_process();
 // Reads an environment variable without allocating; nullptr if unset.
 const char* getenv(const char* name);
+// --- Telemetry (core/telemetry.cpp); none of these is called on a malloc/free path. ---
+// Creates the named shared segment `name` (POSIX: /dev/shm/<name>, mode 0600,
+// O_CREAT|O_EXCL|O_NOFOLLOW, so an existing entry is never written through; a
+// stale entry of ours is unlinked once and creation retried), sizes it to size
+// bytes (sparse) and maps it read-write and shared. nullptr on failure, with
+// *why a short reason.
+void* shared_create(const char* name, size_t size, const char** why);
+// Removes the name (the mapping stays valid for late writers).
+void shared_unlink(const char* name);
+// Gives the segment's pages back; the mapping stays valid (pages read as zero).
+void shared_discard(void* p, size_t size);
+// In a forked child: replaces the inherited shared mapping by private zeroed
+// memory at the same address, so the child never writes into its parent's segment.
+void shared_detach(void* p, size_t size);
+// Starts a thread that runs fn(arg) with every signal blocked; false on failure.
+bool thread_start(void (*fn)(void*), void* arg, uintptr_t* handle);
+void thread_join(uintptr_t handle);
+// An opaque handle of the calling thread (pthread_self); no system call.
+uintptr_t thread_self();
+void sleep_ns(uint64_t ns);
+uint64_t process_id();
+// Resident set size of this process in bytes (0 if unknown).
+uint64_t resident_bytes();
+// When the process started, in the OS's own units (Linux: field 22 of
+// /proc/self/stat), so that a reader can tell a recycled pid apart; 0 if unknown.
+uint64_t process_start_ticks();
+// The program's name (argv[0]) into buf, NUL-terminated (empty if unknown).
+void program_name(char* buf, size_t size);
+// fn runs in the child after fork() (before fork returns there).
+bool at_fork_child(void (*fn)());
+// fn runs at normal process exit.
+bool at_exit(void (*fn)());
+
 // errno of the calling thread.
 void set_errno_nomem();
 void set_errno_inval();

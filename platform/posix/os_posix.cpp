@@ -5,10 +5,14 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <csignal>
+#include <cstdio>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -224,5 +228,170 @@ const char* getenv(const char* name) { return ::getenv(name); }
 
 void set_errno_nomem() { errno = ENOMEM; }
 void set_errno_inval() { errno = EINVAL; }
+
+// --- Telemetry ---
+
+namespace {
+// /dev/shm/<name> into buf; false if it does not fit.
+bool shm_path(const char* name, char* buf, size_t size) {
+  int n = snprintf(buf, size, "/dev/shm/%s", name);
+  return n > 0 && size_t(n) < size;
+}
+
+// Reads up to size-1 bytes of a small /proc file into buf; bytes read (0 on failure).
+size_t read_small_file(const char* path, char* buf, size_t size) {
+  int saved = errno;
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  size_t got = 0;
+  if (fd >= 0) {
+    while (got + 1 < size) {
+      ssize_t r = ::read(fd, buf + got, size - 1 - got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      got += size_t(r);
+    }
+    ::close(fd);
+  }
+  buf[got] = 0;
+  errno = saved;
+  return got;
+}
+}  // namespace
+
+void* shared_create(const char* name, size_t size, const char** why) {
+  char path[128];
+  if (!shm_path(name, path, sizeof path)) {
+    *why = "segment name too long";
+    return nullptr;
+  }
+  int saved = errno;
+  int flags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  int fd = ::open(path, flags, 0600);
+  if (fd < 0 && errno == EEXIST) {
+    // Our pid is ours alone, so an entry under our name is stale (a process
+    // that died before removing it) or planted. Remove the name (never what it
+    // points to) and try once more; if someone else's file cannot be removed,
+    // publishing is off.
+    ::unlink(path);
+    fd = ::open(path, flags, 0600);
+  }
+  if (fd < 0) {
+    *why = errno == EEXIST ? "the segment's name exists and cannot be replaced" : "cannot create the segment";
+    errno = saved;
+    return nullptr;
+  }
+  void* p = MAP_FAILED;
+  // fchmod: the mode must not depend on the umask being permissive or strict.
+  if (::fchmod(fd, 0600) == 0 && ::ftruncate(fd, off_t(size)) == 0)
+    p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) {
+    ::unlink(path);
+    *why = "cannot size or map the segment";
+    errno = saved;
+    return nullptr;
+  }
+  errno = saved;
+  return p;
+}
+
+void shared_unlink(const char* name) {
+  char path[128];
+  int saved = errno;
+  if (shm_path(name, path, sizeof path)) ::unlink(path);
+  errno = saved;
+}
+
+void shared_discard(void* p, size_t size) {
+  int saved = errno;
+#ifdef MADV_REMOVE
+  madvise(p, size, MADV_REMOVE);
+#endif
+  errno = saved;
+}
+
+void shared_detach(void* p, size_t size) {
+  int saved = errno;
+  mmap(p, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  errno = saved;
+}
+
+namespace {
+struct ThreadStart {
+  void (*fn)(void*);
+  void* arg;
+};
+ThreadStart g_thread_start;  // one telemetry thread at a time
+}  // namespace
+
+bool thread_start(void (*fn)(void*), void* arg, uintptr_t* handle) {
+  g_thread_start = ThreadStart{fn, arg};
+  sigset_t all, old;
+  sigfillset(&all);
+  // The new thread inherits this mask: the program's signals go to its own threads.
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_t t;
+  int rc = pthread_create(
+      &t, nullptr,
+      [](void*) -> void* {
+        g_thread_start.fn(g_thread_start.arg);
+        return nullptr;
+      },
+      nullptr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (rc != 0) return false;
+  *handle = uintptr_t(t);
+  return true;
+}
+
+void thread_join(uintptr_t handle) { pthread_join(pthread_t(handle), nullptr); }
+
+uintptr_t thread_self() { return uintptr_t(pthread_self()); }
+
+void sleep_ns(uint64_t ns) {
+  timespec ts{time_t(ns / 1000000000ull), long(ns % 1000000000ull)};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+uint64_t process_id() { return uint64_t(getpid()); }
+
+uint64_t resident_bytes() {
+  char buf[128];
+  if (read_small_file("/proc/self/statm", buf, sizeof buf) == 0) return 0;
+  // "size resident shared ...": the second number, in pages.
+  const char* s = buf;
+  while (*s && *s != ' ') s++;
+  uint64_t pages = 0;
+  for (s++; *s >= '0' && *s <= '9'; s++) pages = pages * 10 + uint64_t(*s - '0');
+  return pages * page_size();
+}
+
+uint64_t process_start_ticks() {
+  char buf[1024];
+  if (read_small_file("/proc/self/stat", buf, sizeof buf) == 0) return 0;
+  // The command name (field 2) may hold spaces and parentheses: fields are
+  // counted after its last ')'. That is field 2; starttime is field 22.
+  const char* s = nullptr;
+  for (const char* q = buf; *q; q++)
+    if (*q == ')') s = q;
+  if (s == nullptr) return 0;
+  unsigned field = 2;
+  for (s++; *s && field < 22; s++)
+    if (*s == ' ') field++;
+  uint64_t v = 0;
+  for (; *s >= '0' && *s <= '9'; s++) v = v * 10 + uint64_t(*s - '0');
+  return v;
+}
+
+void program_name(char* buf, size_t size) {
+  if (size == 0) return;
+  // /proc/self/cmdline: the arguments separated by NULs; the first one is argv[0].
+  read_small_file("/proc/self/cmdline", buf, size);
+}
+
+bool at_fork_child(void (*fn)()) { return pthread_atfork(nullptr, nullptr, fn) == 0; }
+
+bool at_exit(void (*fn)()) { return std::atexit(fn) == 0; }
 
 }  // namespace fw::os
