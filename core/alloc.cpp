@@ -7,10 +7,17 @@
 #include "core/large.h"
 #include "core/report.h"
 #include "core/secure.h"
+#include "core/telemetry.h"
 #include "platform/os.h"
 
 namespace fw {
 namespace {
+
+// No memory for a block of n bytes: errno, and an event for the inspector.
+FW_COLD void out_of_memory(size_t n) {
+  os::set_errno_nomem();
+  telemetry_event(FWT_EV_OUT_OF_MEMORY, 0, 0, n);
+}
 
 FW_INLINE void leave(Lab* lab) {
   std::atomic_signal_fence(std::memory_order_seq_cst);
@@ -38,7 +45,7 @@ void* malloc_slow(Lab* lab, unsigned c) {
     if (bound != nullptr) {
       p = lab_refill(bound, c);
       leave(bound);
-      if (p == nullptr) os::set_errno_nomem();
+      if (p == nullptr) out_of_memory(class_block_size(c));
       return p;
     }
   }
@@ -48,14 +55,14 @@ void* malloc_slow(Lab* lab, unsigned c) {
     p = lab_refill(lab, c);
   }
   leave(lab);
-  if (p == nullptr) os::set_errno_nomem();
+  if (p == nullptr) out_of_memory(class_block_size(c));
   return p;
 }
 
 void* malloc_medium_or_large(size_t n) {
   if (n <= kSmallMax) return alloc_class(class_of_medium(n));
   void* p = large_alloc(n, kMinAlign, false);
-  if (p == nullptr) os::set_errno_nomem();
+  if (p == nullptr) out_of_memory(n);
   return p;
 }
 
@@ -71,7 +78,7 @@ void* fw_alloc_zeroed(size_t count, size_t n) {
     return p;
   }
   void* p = large_alloc(total, kMinAlign, true);
-  if (p == nullptr) os::set_errno_nomem();
+  if (p == nullptr) out_of_memory(total);
   return p;
 }
 
@@ -82,7 +89,7 @@ void* fw_alloc_aligned(size_t align, size_t n) {
     if (c < kClassCount) return alloc_class(c);
   }
   void* p = large_alloc(n, align, false);
-  if (p == nullptr) os::set_errno_nomem();
+  if (p == nullptr) out_of_memory(n);
   return p;
 }
 

@@ -3,6 +3,7 @@
 
 #include "core/report.h"
 #include "core/secure.h"
+#include "core/telemetry.h"
 #include "platform/os.h"
 
 namespace fw {
@@ -58,6 +59,7 @@ bool region_publish(uint32_t r, uintptr_t base, uint64_t size, RegionKind kind) 
   for (uint64_t off = 0; off < size; off += kRegionSize)
     g_region_map[(base + off) >> kRegionShift].store(slice, std::memory_order_release);
   g_reserved.fetch_add(size, std::memory_order_relaxed);
+  telemetry_event(FWT_EV_REGION_RESERVE, r, base, size);
   return true;
 }
 
@@ -69,6 +71,7 @@ void region_unpublish(uint32_t r) {
     g_region_map[(base + off) >> kRegionShift].store(nullptr, std::memory_order_release);
   reg.kind.store(kRegionUnused, std::memory_order_relaxed);
   g_reserved.fetch_sub(size, std::memory_order_relaxed);
+  telemetry_event(FWT_EV_REGION_RELEASE, r, base, size);
 }
 
 // Reserves size bytes aligned to align, inside the address range the region

@@ -9,6 +9,7 @@
 #include "core/span_pool.h"
 #include "core/stats.h"
 #include "core/tagged_stack.h"
+#include "core/telemetry.h"
 #include "platform/os.h"
 
 namespace fw {
@@ -69,6 +70,7 @@ void lab_thread_exit(void* arg) {
   std::atomic_signal_fence(std::memory_order_seq_cst);
   lab_flush(lab);
   g_threads_live.fetch_sub(1, std::memory_order_relaxed);
+  telemetry_event(FWT_EV_THREAD_EXIT, lab->id, 0, 0);
   lab_put(lab);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   tls_lab = &g_lab_dead;
@@ -100,6 +102,7 @@ Lab* lab_bind_thread() {
   lab->kind.store(kLabThread, std::memory_order_relaxed);
   g_threads_live.fetch_add(1, std::memory_order_relaxed);
   g_threads_created.fetch_add(1, std::memory_order_relaxed);
+  telemetry_event(FWT_EV_THREAD_START, lab->id, os::thread_self(), 0);
   // May call malloc (pthread_setspecific past the first keys): that call finds
   // the BUSY placeholder and is served by a transient LAB.
   os::thread_exit_register(lab);

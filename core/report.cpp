@@ -1,6 +1,7 @@
 // core/report.cpp: allocation-free reporting (see report.h).
 #include "core/report.h"
 
+#include "core/telemetry.h"
 #include "platform/os.h"
 
 namespace fw {
@@ -39,6 +40,7 @@ void report_misuse(const char* what, const void* p) {
   Line l;
   l.str("freeway: ").str(what).str(" ").ptr(p).str("\n");
   l.write(2);
+  telemetry_event(FWT_EV_BAD_FREE, 0, reinterpret_cast<uintptr_t>(p), 0);
   os::abort_process();
 }
 

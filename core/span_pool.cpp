@@ -7,6 +7,7 @@
 #include "core/options.h"
 #include "core/report.h"
 #include "core/tagged_stack.h"
+#include "core/telemetry.h"
 #include "platform/os.h"
 
 namespace fw {
@@ -66,6 +67,7 @@ void decommit_span(Span* s) {
   uint64_t c = s->committed.load(std::memory_order_relaxed);
   if (c == 0) return;
   os::decommit(reinterpret_cast<void*>(span_base(s)), c);
+  telemetry_event(FWT_EV_DECOMMIT, span_index(s), span_base(s), c);
   s->committed.store(0, std::memory_order_relaxed);
   count_committed(-int64_t(c));
 }
@@ -269,6 +271,7 @@ void span_trim(Span* s, uint64_t bytes) {
   uint64_t c = s->committed.load(std::memory_order_relaxed);
   if (c <= bytes) return;
   os::decommit(reinterpret_cast<void*>(span_base(s) + bytes), c - bytes);
+  telemetry_event(FWT_EV_DECOMMIT, span_index(s), span_base(s) + bytes, c - bytes);
   s->committed.store(bytes, std::memory_order_relaxed);
   count_committed(-int64_t(c - bytes));
 }
@@ -277,6 +280,7 @@ bool span_commit(Span* s, uint64_t bytes) {
   uint64_t c = s->committed.load(std::memory_order_relaxed);
   if (c >= bytes) return true;
   if (!os::commit(reinterpret_cast<void*>(span_base(s) + c), bytes - c)) return false;
+  telemetry_event(FWT_EV_COMMIT, span_index(s), span_base(s) + c, bytes - c);
   s->committed.store(bytes, std::memory_order_relaxed);
   count_committed(int64_t(bytes - c));
   return true;

@@ -6,6 +6,7 @@
 #include "core/options.h"
 #include "core/span_pool.h"
 #include "core/stats.h"
+#include "core/telemetry.h"
 #include "freeway.h"
 #include "platform/os.h"
 
@@ -32,6 +33,9 @@ FW_API void fw_collect(void) { fw::pool_collect(); }
 FW_API void fw_stats(fw_stats_t* out) { fw::stats_fill(out); }
 FW_API void fw_stats_print(int fd) { fw::stats_print(fd); }
 FW_API int fw_check_heap(void) { return fw::check_heap(); }
+FW_API int fw_telemetry_start(void) { return fw::telemetry_start(); }
+FW_API void fw_telemetry_stop(void) { fw::telemetry_stop(); }
+FW_API int fw_telemetry_active(void) { return fw::telemetry_active() ? 1 : 0; }
 
 FW_API void* fw_reallocarray(void* p, size_t count, size_t size) {
   size_t total;
@@ -86,8 +90,10 @@ FW_API void* fw_pvalloc(size_t size) {
 
 namespace {
 // FREEWAY_VERBOSE=1: the options at load, a statistics summary at exit.
+// FREEWAY_TELEMETRY=1: publishing starts at load.
 __attribute__((constructor)) void freeway_load() {
   if (fw::option(fw::Option::verbose) > 0) fw::options_print(2);
+  fw::telemetry_start_from_options();
 }
 __attribute__((destructor)) void freeway_unload() {
   if (fw::option(fw::Option::verbose) > 0) fw::stats_print(2);
