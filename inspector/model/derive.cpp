@@ -26,11 +26,6 @@ uint64_t in_use(const fwt_span& sp) { return sp.carved >= sp.remote_count ? sp.c
 
 uint64_t sub_clamped(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
 
-const char* state_name(unsigned s) {
-  static const char* const kNames[] = {"FREE", "HOT", "FULL", "PARTIAL", "LARGE", "LARGE_TAIL", "HUGE", "UNUSED"};
-  return s < FWT_SPAN_STATE_COUNT ? kNames[s] : "?";
-}
-
 std::string human_bytes(uint64_t b) {
   char buf[32];
   if (b >= (uint64_t(1) << 30) && b % (uint64_t(1) << 30) == 0)
@@ -45,6 +40,28 @@ std::string human_bytes(uint64_t b) {
 }
 
 }  // namespace
+
+const char* state_name(unsigned s) {
+  static const char* const kNames[] = {"FREE", "HOT", "FULL", "PARTIAL", "LARGE", "LARGE_TAIL", "HUGE", "UNUSED"};
+  return s < FWT_SPAN_STATE_COUNT ? kNames[s] : "?";
+}
+
+std::string format_bytes(uint64_t b) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  char buf[32];
+  if (b < 1024) {
+    std::snprintf(buf, sizeof buf, "%" PRIu64 " B", b);
+    return buf;
+  }
+  double v = double(b);
+  unsigned u = 0;
+  while (v >= 1024 && u + 1 < sizeof kUnits / sizeof kUnits[0]) {
+    v /= 1024;
+    u++;
+  }
+  std::snprintf(buf, sizeof buf, v < 10 ? "%.2f %s" : v < 100 ? "%.1f %s" : "%.0f %s", v, kUnits[u]);
+  return buf;
+}
 
 Figures derive(const Snapshot& s) {
   Figures f;

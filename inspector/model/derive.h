@@ -51,6 +51,11 @@ struct Figures {
 
 Figures derive(const Snapshot& s);
 
+// "FREE", "HOT", ... "UNUSED" ("?" out of range).
+const char* state_name(unsigned state);
+// Bytes for people: "812 B", "1.50 KiB", "23.4 MiB", "118 GiB" (powers of 1024).
+std::string format_bytes(uint64_t bytes);
+
 // The equations of span_is_valid (core/span.h), checked from outside on a
 // consistent snapshot. Each violation is one line naming the span index.
 // UNSTABLE spans are skipped (their fields may mix two moments).

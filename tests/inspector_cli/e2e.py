@@ -1,0 +1,307 @@
+#!/usr/bin/env python3
+"""End-to-end tests of freeway-inspect's CLI against a live process.
+
+usage: e2e.py INSPECT CHILD LIBFREEWAY CASE
+
+INSPECT is freeway-inspect, CHILD is telemetry_child (not linked with
+freeway), LIBFREEWAY is libfreeway.so, preloaded into CHILD with
+FREEWAY_TELEMETRY=1. CASE is one of the functions named case_* below; each
+is its own ctest test. Standard library only.
+
+Tolerance of the figures compared with fw_stats: none. The child is
+single-threaded and idle when it prints fw_stats, so every snapshot published
+after that carries exactly the same counters; a difference is a bug.
+"""
+import atexit
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+INSPECT, CHILD, LIB, CASE = sys.argv[1:5]
+TMP = tempfile.mkdtemp(prefix="fw-e2e-")
+atexit.register(shutil.rmtree, TMP, True)
+
+
+def fail(msg):
+    print("FAIL:", msg)
+    sys.exit(1)
+
+
+def run(*args, expect=None):
+    """Runs freeway-inspect ARGS; returns (code, stdout, stderr)."""
+    p = subprocess.run([INSPECT, *map(str, args)], capture_output=True, text=True, timeout=60)
+    if expect is not None and p.returncode != expect:
+        fail(f"freeway-inspect {' '.join(map(str, args))}: exit {p.returncode}, expected {expect}\n"
+             f"stdout: {p.stdout}\nstderr: {p.stderr}")
+    return p.returncode, p.stdout, p.stderr
+
+
+def one_line_error(args, must_contain):
+    """A bad request: exit 2, nothing on stdout, one line on stderr naming the problem."""
+    code, out, err = run(*args)
+    if code != 2:
+        fail(f"{args}: exit {code}, expected 2 (stderr: {err!r})")
+    lines = err.strip().splitlines()
+    if len(lines) != 1 or not lines[0].startswith("freeway-inspect: "):
+        fail(f"{args}: expected one line 'freeway-inspect: ...' on stderr, got {err!r}")
+    if must_contain.lower() not in lines[0].lower():
+        fail(f"{args}: error {lines[0]!r} does not mention {must_contain!r}")
+    print(f"ok: {' '.join(map(str, args))} -> exit 2: {lines[0]}")
+
+
+class Child:
+    """telemetry_child under LD_PRELOAD, publishing at 50 Hz."""
+
+    def __init__(self, telemetry=True):
+        env = dict(os.environ, LD_PRELOAD=LIB, FREEWAY_TELEMETRY="1" if telemetry else "0",
+                   FREEWAY_TELEMETRY_HZ="50")
+        self.p = subprocess.Popen([CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        first = self.p.stdout.readline().split()
+        if len(first) != 2 or first[0] != "ready":
+            fail(f"child did not start: {first}")
+        self.pid = int(first[1])
+        if telemetry:
+            self.wait_segment()
+
+    def wait_segment(self):
+        path = f"/dev/shm/freeway.{self.pid}"
+        for _ in range(200):
+            if os.path.exists(path):
+                return
+            time.sleep(0.01)
+        fail(f"{path} did not appear")
+
+    def ask(self, cmd):
+        self.p.stdin.write(cmd + "\n")
+        self.p.stdin.flush()
+        return self.p.stdout.readline().strip()
+
+    def stats(self):
+        words = self.ask("stats").split()
+        if not words or words[0] != "stats":
+            fail(f"bad stats line {words}")
+        return {k: int(v) for k, v in (w.split("=") for w in words[1:])}
+
+    def settle(self):
+        """Waits until snapshots published after the last command exist (50 Hz: 20 ms each)."""
+        time.sleep(0.3)
+
+    def exit(self):
+        if self.p.poll() is None:
+            self.p.stdin.write("exit\n")
+            self.p.stdin.flush()
+            self.p.wait(timeout=30)
+        return self.p.returncode
+
+
+def snapshot_json(src):
+    _, out, _ = run("snapshot", src, "--json", expect=0)
+    try:
+        return json.loads(out)
+    except json.JSONDecodeError as e:
+        fail(f"snapshot --json is not JSON ({e}): {out[:400]}")
+
+
+def case_snapshot_matches_fw_stats():
+    c = Child()
+    s = c.stats()
+    c.settle()
+    j = snapshot_json(c.pid)
+    if j.get("schema") != "freeway-inspect/snapshot/1":
+        fail(f"schema {j.get('schema')}")
+    if j["pid"] != c.pid:
+        fail(f"pid {j['pid']} != {c.pid}")
+    pairs = [("live", "live"), ("committed", "committed"), ("reserved", "reserved"), ("peak_live", "peak_live"),
+             ("peak_committed", "peak_committed")]
+    for jk, sk in pairs:
+        if j[jk] != s[sk]:
+            fail(f"{jk}: inspector {j[jk]} != fw_stats {s[sk]} (tolerance 0)")
+    for jk, sk in [("hot", "hot"), ("full", "full"), ("partial", "partial")]:
+        if j["spans"][jk] != s[sk]:
+            fail(f"spans.{jk}: inspector {j['spans'][jk]} != fw_stats {s[sk]}")
+    if j["live"] < 30 << 20:
+        fail(f"live {j['live']} is smaller than what the child holds")
+    want_blowup = j["committed"] / j["live"]
+    if abs(j["blowup"] - want_blowup) > 1e-3:
+        fail(f"blowup {j['blowup']} != committed/live {want_blowup}")
+    if not j["size_class"] or sum(c_["live_bytes"] for c_ in j["size_class"]) <= 0:
+        fail("size_class array empty")
+    if j["span_violations"]:
+        fail(f"span equations violated: {j['span_violations'][:5]}")
+    print(f"ok: live {j['live']} committed {j['committed']} reserved {j['reserved']} "
+          f"hot/full/partial {j['spans']['hot']}/{j['spans']['full']}/{j['spans']['partial']} equal fw_stats; "
+          f"{len(j['size_class'])} classes")
+    # The text form names the same figures.
+    _, out, _ = run("snapshot", c.pid, expect=0)
+    if f"process {c.pid}" not in out or "blowup" not in out:
+        fail(f"text snapshot: {out[:300]}")
+    # list shows it alive.
+    _, out, _ = run("list", "--json", expect=0)
+    if not any(e["pid"] == c.pid and e["alive"] for e in json.loads(out)):
+        fail(f"list --json does not show {c.pid}: {out}")
+    if c.exit() != 0:
+        fail("child failed")
+    if os.path.exists(f"/dev/shm/freeway.{c.pid}"):
+        fail("segment left after exit")
+    one_line_error(["snapshot", c.pid], "no process")
+
+
+def case_check():
+    c = Child()
+    c.settle()
+    code, out, _ = run("check", c.pid, "--max-blowup", "1000", "--max-committed", "1T", "--max-dropped", "1000000")
+    if code != 0 or not out.startswith("ok:"):
+        fail(f"check on a healthy process: exit {code}: {out}")
+    print("ok: healthy:", out.strip())
+    code, out, _ = run("check", c.pid, "--max-committed", "1M")
+    if code != 1 or "committed" not in out or "FAIL" not in out:
+        fail(f"check --max-committed 1M: exit {code}: {out}")
+    print("ok: over committed:", out.strip())
+    code, out, _ = run("check", c.pid, "--max-blowup", "1")
+    if code != 1 or "blowup" not in out:
+        fail(f"check --max-blowup 1: exit {code}: {out}")
+    print("ok: over blowup:", out.strip())
+    one_line_error(["check", c.pid, "--max-committed", "lots"], "--max-committed")
+    one_line_error(["check", c.pid, "--max-blowup", "-1"], "--max-blowup")
+    one_line_error(["check", c.pid, "--frobnicate"], "unknown option")
+    c.exit()
+
+
+def case_record_replay_diff():
+    c = Child()
+    c.settle()
+    a = os.path.join(TMP, "a.fws")
+    b = os.path.join(TMP, "b.fws")
+    rec = os.path.join(TMP, "r.fwr")
+    run("snapshot", c.pid, "-o", a, expect=0)
+    p = subprocess.Popen([INSPECT, "record", str(c.pid), "-o", rec, "--hz", "20", "--seconds", "2"],
+                         stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    if c.ask("grow") != "grown":
+        fail("grow")
+    p.wait(timeout=30)
+    err = p.stderr.read()
+    if p.returncode != 0 or "per minute" not in err:
+        fail(f"record: exit {p.returncode}: {err}")
+    print("ok:", err.strip().splitlines()[-1])
+    c.settle()
+    run("snapshot", c.pid, "-o", b, expect=0)
+    _, out, _ = run("replay", rec, "--json", expect=0)
+    frames = [json.loads(line) for line in out.splitlines() if line.strip()]
+    if not 25 <= len(frames) <= 45:
+        fail(f"replay: {len(frames)} frames for 2 s at 20 Hz")
+    lives = [f["live"] for f in frames]
+    if max(lives) - min(lives) < 60 << 20:
+        fail(f"replay does not show the 64 MiB growth: live from {min(lives)} to {max(lives)}")
+    print(f"ok: replay {len(frames)} frames, live {min(lives)} -> {max(lives)}")
+    _, out, _ = run("diff", a, b, "--json", expect=0)
+    d = json.loads(out)
+    grew = d["live"][1] - d["live"][0]
+    if not (64 << 20) <= grew <= (64 << 20) + (1 << 20):
+        fail(f"diff: live grew by {grew}, expected 64 MiB")
+    if not any(x["live_bytes"][1] - x["live_bytes"][0] >= 60 << 20 for x in d["size_class"]) and \
+            d["spans"]["large"][1] <= d["spans"]["large"][0]:
+        fail(f"diff shows no class or large span growth: {out[:600]}")
+    _, out, _ = run("diff", a, b, expect=0)
+    if "live" not in out or "spans by state" not in out:
+        fail(f"diff text: {out[:300]}")
+    print(f"ok: diff live +{grew}")
+    # The last frame of the recording is a source for snapshot and check too.
+    run("check", rec, "--max-blowup", "1000", expect=0)
+    c.exit()
+    # Damaged files: a clear error, never a crash.
+    bad = os.path.join(TMP, "bad.fwr")
+    with open(rec, "rb") as f:
+        data = f.read()
+    with open(bad, "wb") as f:
+        f.write(data[: len(data) // 2])
+    code, _, err = run("replay", bad)
+    if code != 2 or not err.startswith("freeway-inspect: "):
+        fail(f"replay of a truncated file: exit {code}: {err}")
+    print("ok: truncated recording ->", err.strip())
+    with open(bad, "wb") as f:
+        f.write(b"not a recording at all" * 10)
+    one_line_error(["replay", bad], "")
+    one_line_error(["diff", a, os.path.join(TMP, "missing.fws")], "neither a process id nor a file")
+
+
+def case_bad_sources():
+    # A pid that does not run.
+    p = subprocess.Popen(["true"])
+    p.wait()
+    one_line_error(["snapshot", p.pid], "no process")
+    one_line_error(["watch", p.pid], "no process")
+    one_line_error(["record", p.pid, "-o", os.path.join(TMP, "x.fwr")], "no process")
+    # A process without telemetry (freeway preloaded, telemetry off).
+    c = Child(telemetry=False)
+    one_line_error(["snapshot", c.pid], "publishes no telemetry")
+    one_line_error(["check", c.pid], "publishes no telemetry")
+    c.exit()
+    # Not a pid, not a file.
+    one_line_error(["snapshot", "not-a-pid"], "neither a process id nor a file")
+    one_line_error(["watch", "12abc"], "not a process id")
+    one_line_error(["snapshot"], "expected 1")
+    one_line_error(["record", "1"], "-o FILE")
+    # A segment of another major version, at the name of a live process.
+    s = subprocess.Popen(["sleep", "30"])
+    path = f"/dev/shm/freeway.{s.pid}"
+    try:
+        header = struct.pack("<QHHI", 0x4D454C4554574600, 2, 0, 504) + bytes(504 - 16)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, header)
+        os.close(fd)
+        one_line_error(["snapshot", s.pid], "format 2.0")
+        # Garbage at the name.
+        with open(path, "wb") as f:
+            f.write(os.urandom(4096))
+        one_line_error(["snapshot", s.pid], "not a freeway telemetry segment")
+    finally:
+        s.kill()
+        s.wait()
+        if os.path.exists(path):
+            os.unlink(path)
+
+
+def case_stale_pruned():
+    c = Child()
+    path = f"/dev/shm/freeway.{c.pid}"
+    c.p.send_signal(signal.SIGKILL)
+    c.p.wait()
+    if not os.path.exists(path):
+        fail("SIGKILL should leave the segment (nothing runs at exit)")
+    one_line_error(["snapshot", c.pid], "")
+    _, out, _ = run("list", "--keep-stale", "--json", expect=0)
+    if not any(e["pid"] == c.pid and not e["alive"] for e in json.loads(out)):
+        fail(f"list --keep-stale does not show the stale segment: {out}")
+    _, out, _ = run("list", "--json", expect=0)
+    if any(e["pid"] == c.pid for e in json.loads(out)):
+        fail(f"list shows the stale segment: {out}")
+    if os.path.exists(path):
+        fail("list did not prune the stale segment")
+    print("ok: stale segment listed with --keep-stale, pruned by list")
+
+
+def case_watch():
+    c = Child()
+    c.settle()
+    _, out, _ = run("watch", c.pid, "--count", "3", "--hz", "10", expect=0)
+    if out.count(f"process {c.pid}") != 3:
+        fail(f"watch --count 3 printed {out.count(f'process {c.pid}')} views")
+    # watch follows the process to its end and says so.
+    p = subprocess.Popen([INSPECT, "watch", str(c.pid), "--hz", "10"], stdout=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    c.exit()
+    out, _ = p.communicate(timeout=20)
+    if p.returncode != 0 or "has exited" not in out:
+        fail(f"watch after the process exited: exit {p.returncode}: {out[-300:]}")
+    print("ok: watch (3 views; reports the exit)")
+
+
+globals()["case_" + CASE]()
+print("PASS", CASE)
