@@ -6,17 +6,24 @@ JOBS   ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
 # Debian packages each command needs (checked with dpkg, installed if missing).
-PKGS_BUILD := cmake g++ make pkg-config
-PKGS_TEST  := $(PKGS_BUILD) doctest-dev libspdlog-dev libmimalloc-dev python3 coreutils
+# The build covers the demo (spdlog) and freeway-inspect (Dear ImGui with its
+# GLFW and OpenGL 3 backends, GLFW, OpenGL, stb_image_write); CMake stops with
+# a message naming the package if one is missing. Running the GUI needs Mesa's
+# OpenGL drivers; the GUI's tests draw into Xvfb.
+PKGS_BUILD := cmake g++ make pkg-config libspdlog-dev libimgui-dev libglfw3-dev libgl-dev libstb-dev
+PKGS_GL    := libgl1-mesa-dri libglx-mesa0
+PKGS_DEMO  := $(PKGS_BUILD) $(PKGS_GL)
+PKGS_TEST  := $(PKGS_BUILD) $(PKGS_GL) doctest-dev libmimalloc-dev python3 coreutils xvfb xauth
 PKGS_BENCH := $(PKGS_BUILD) python3 python3-matplotlib libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 time
 PKGS_SAN   := $(PKGS_TEST) clang libclang-rt-14-dev
 
-.PHONY: all build test demo install bench bench-quick test-sanitize soak fuzz clean deps-build deps-test deps-bench deps-san
+.PHONY: all build test demo install bench bench-quick test-sanitize soak fuzz clean deps-build deps-demo deps-test deps-bench deps-san
 
 all: build
 
 # tools/ensure-packages installs only what dpkg reports missing (needs root or sudo).
 deps-build: ; @tools/ensure-packages $(PKGS_BUILD)
+deps-demo:  ; @tools/ensure-packages $(PKGS_DEMO)
 deps-test:  ; @tools/ensure-packages $(PKGS_TEST)
 deps-bench: ; @tools/ensure-packages $(PKGS_BENCH)
 deps-san:   ; @tools/ensure-packages $(PKGS_SAN)
@@ -32,8 +39,11 @@ test: deps-test
 	cmake --build $(BUILD) -j $(JOBS)
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
 
-demo: build
-	$(BUILD)/tools/freeway-demo
+# The demo workload with telemetry on, watched by freeway-inspect: the GUI
+# with a display, `freeway-inspect watch` in this terminal without one
+# (tools/demo; DEMO_SECONDS sets the length of one pass, default 60).
+demo: deps-demo build
+	tools/demo $(BUILD)
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
