@@ -34,6 +34,8 @@
 #include <cstdio>
 #include <cstring>
 #include <csignal>
+#include <mutex>
+#include <setjmp.h>
 #include <thread>
 
 namespace fwi {
@@ -56,6 +58,40 @@ constexpr std::chrono::milliseconds kTakePatience{1000};
 constexpr std::chrono::microseconds kOddWait{100};
 
 bool is_pow2(uint64_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+// A mapped file that shrinks while it is read (a writer, or a hostile
+// process, truncating its segment) raises SIGBUS on the pages past its end.
+// take() checks the size first, but the file can shrink between that check
+// and the copy: while a copy runs, this thread's guard turns SIGBUS into an
+// error. A SIGBUS outside a guarded copy goes to the previous disposition.
+thread_local sigjmp_buf* t_bus_guard = nullptr;
+struct sigaction g_prev_bus;
+
+void on_sigbus(int sig, siginfo_t* info, void* ctx) {
+  if (sigjmp_buf* g = t_bus_guard) siglongjmp(*g, 1);
+  if ((g_prev_bus.sa_flags & SA_SIGINFO) != 0 && g_prev_bus.sa_sigaction != nullptr) {
+    g_prev_bus.sa_sigaction(sig, info, ctx);
+    return;
+  }
+  if ((g_prev_bus.sa_flags & SA_SIGINFO) == 0 && g_prev_bus.sa_handler != SIG_DFL && g_prev_bus.sa_handler != SIG_IGN) {
+    g_prev_bus.sa_handler(sig);
+    return;
+  }
+  signal(SIGBUS, SIG_DFL);
+  raise(SIGBUS);
+}
+
+void install_bus_guard() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, &g_prev_bus);
+  });
+}
 
 uint64_t load_acquire(const uint8_t* p) {
   return __atomic_load_n(reinterpret_cast<const uint64_t*>(p), __ATOMIC_ACQUIRE);
@@ -442,6 +478,9 @@ struct Segment::Impl {
     return true;
   }
 
+  // take() under the SIGBUS guard; builds the snapshot in *scratch.
+  bool take_guarded(Snapshot* scratch, Snapshot* out, std::string* err);
+
   // One attempt at a consistent copy. 1: done; 0: torn or odd (retry); -1: error.
   int try_take(Snapshot* s, std::string* e) {
     const uint64_t seq_off = offsetof(fwt_header, snapshot_seq);
@@ -584,6 +623,28 @@ std::unique_ptr<Segment> Segment::from_bytes(std::vector<uint8_t> bytes, std::st
 
 bool Segment::take(Snapshot* out, std::string* err) {
   Impl& I = *impl_;
+  // Every read of a mapped file runs under the SIGBUS guard (see on_sigbus).
+  // The snapshot is built in *scratch, owned outside the guarded frame, so a
+  // jump out of a copy leaks nothing.
+  Snapshot scratch;
+  sigjmp_buf guard;
+  if (I.fd >= 0) {
+    install_bus_guard();
+    if (sigsetjmp(guard, 1) != 0) {
+      t_bus_guard = nullptr;
+      *err = I.err("the segment shrank while it was read (the process stopped publishing)");
+      return false;
+    }
+    t_bus_guard = &guard;
+  }
+  struct Unguard {
+    ~Unguard() { t_bus_guard = nullptr; }
+  } unguard;
+  return I.take_guarded(&scratch, out, err);
+}
+
+bool Segment::Impl::take_guarded(Snapshot* scratch, Snapshot* out, std::string* err) {
+  Impl& I = *this;
   if (I.fd >= 0) {
     // A mapping read past the end of its file faults: check the size first.
     struct stat st;
@@ -596,7 +657,7 @@ bool Segment::take(Snapshot* out, std::string* err) {
     *err = I.err("the process stopped publishing telemetry");
     return false;
   }
-  Snapshot s;
+  Snapshot& s = *scratch;
   s.pid = I.header.pid;
   s.process_start_ticks = I.header.process_start_ticks;
   s.exe = exe_of(I.header);
