@@ -13,7 +13,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/fw_multiarch.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
 echo "== configuring $source with CMAKE_INSTALL_PREFIX=/usr"
 if ! "$cmake" -S "$source" -B "$tmp/build" -DCMAKE_INSTALL_PREFIX=/usr -DCMAKE_BUILD_TYPE=Release \
-       -DFREEWAY_TESTS=OFF -DFREEWAY_BENCH=OFF -DFREEWAY_TOOLS=OFF \
+       -DFREEWAY_TESTS=OFF -DFREEWAY_BENCH=OFF -DFREEWAY_TOOLS=OFF -DFREEWAY_INSPECTOR=OFF \
        -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" > "$tmp/cfg.log" 2>&1; then
   cat "$tmp/cfg.log"; echo "FAIL: configure failed"; exit 1
 fi

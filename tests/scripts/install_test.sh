@@ -40,6 +40,16 @@ for f in "$L/libfreeway.so" "$L/libfreeway.a" "$prefix/include/freeway.h" "$L/pk
          "$L/cmake/freeway/freewayTargets.cmake"; do
   if [ -e "$f" ]; then echo "  found ${f#$prefix/}"; else fail "missing ${f#$prefix/}"; fi
 done
+[ -e "$prefix/include/freeway_telemetry.h" ] && echo "  found include/freeway_telemetry.h" \
+  || fail "missing include/freeway_telemetry.h"
+# The inspector, when this build has it (the multiarch build is libraries only).
+if [ -e "$build/inspector/freeway-inspect" ]; then
+  if [ -x "$prefix/bin/freeway-inspect" ] && "$prefix/bin/freeway-inspect" --version > "$tmp/inspect.out" 2>&1; then
+    echo "  found bin/freeway-inspect: $(cat "$tmp/inspect.out")"
+  else
+    fail "bin/freeway-inspect is missing or does not run: $(cat "$tmp/inspect.out" 2>/dev/null)"
+  fi
+fi
 [ "$libdir" = lib ] || echo "note: the library directory is $libdir, not lib"
 [ $status -eq 0 ] || exit 1
 
