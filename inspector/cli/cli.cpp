@@ -15,9 +15,11 @@
 #include "inspector/cli/cli.h"
 
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -327,7 +329,10 @@ void print_json(FILE* out, const Snapshot& s, const Figures& f, const std::vecto
   std::fprintf(out, "]%s}\n", nl);
 }
 
-void print_text(FILE* out, const Snapshot& s, const Figures& f, const std::vector<std::string>& violations) {
+// max_classes: the size-class table shows at most that many classes, those
+// with the most committed bytes (0: all, in class order).
+void print_text(FILE* out, const Snapshot& s, const Figures& f, const std::vector<std::string>& violations,
+                size_t max_classes = 0) {
   std::fprintf(out, "process %" PRIu64 " (%s), telemetry %u.%u at %" PRIu64 " Hz, %.1f s since start\n", s.pid,
                s.exe.c_str(), s.version_major, s.version_minor, s.hz, f.time_s);
   std::fprintf(out, "  live       %12s   peak %s\n", format_bytes(f.live).c_str(), format_bytes(f.peak_live).c_str());
@@ -346,10 +351,23 @@ void print_text(FILE* out, const Snapshot& s, const Figures& f, const std::vecto
   if (!f.classes.empty()) {
     std::fprintf(out, "  %5s %8s %12s %10s %5s %5s %5s %8s %10s\n", "class", "size", "live blocks", "live", "hot",
                  "full", "part", "fullness", "committed");
-    for (const ClassFigures& c : f.classes)
+    std::vector<const ClassFigures*> shown;
+    for (const ClassFigures& c : f.classes) shown.push_back(&c);
+    if (max_classes != 0 && shown.size() > max_classes) {
+      std::stable_sort(shown.begin(), shown.end(), [](const ClassFigures* x, const ClassFigures* y) {
+        return x->committed_bytes > y->committed_bytes;
+      });
+      shown.resize(max_classes);
+      std::sort(shown.begin(), shown.end(), [](const ClassFigures* x, const ClassFigures* y) { return x->cls < y->cls; });
+    }
+    for (const ClassFigures* cp : shown) {
+      const ClassFigures& c = *cp;
       std::fprintf(out, "  %5u %8u %12" PRIu64 " %10s %5" PRIu64 " %5" PRIu64 " %5" PRIu64 " %7.1f%% %10s\n", c.cls,
                    c.block_size, c.live_blocks, format_bytes(c.live_bytes).c_str(), c.spans_hot, c.spans_full,
                    c.spans_partial, 100 * c.fullness, format_bytes(c.committed_bytes).c_str());
+    }
+    if (shown.size() < f.classes.size())
+      std::fprintf(out, "  (%zu classes with the most committed bytes of %zu)\n", shown.size(), f.classes.size());
   }
   if (!violations.empty()) {
     std::fprintf(out, "  span equations: %zu violation%s\n", violations.size(), violations.size() == 1 ? "" : "s");
@@ -462,8 +480,16 @@ int cmd_watch(int argc, char** argv) {
     Figures f = derive(s);
     for (const fwt_event& e : s.events) recent.push_back(describe_event(e, s.process.start_ns));
     if (recent.size() > n_events) recent.erase(recent.begin(), recent.end() - long(n_events));
-    if (tty) std::fputs("\x1b[H\x1b[2J", stdout);  // home, clear
-    print_text(stdout, s, f, {});
+    // On a terminal the view fits its height: the class table gives way.
+    size_t max_classes = 0;
+    if (tty) {
+      struct winsize ws;
+      unsigned rows = ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 0 ? ws.ws_row : 40;
+      unsigned fixed = 12 + (n_events ? unsigned(n_events) + 1 : 0);
+      max_classes = rows > fixed + 4 ? rows - fixed : 4;
+      std::fputs("\x1b[H\x1b[2J", stdout);  // home, clear
+    }
+    print_text(stdout, s, f, {}, max_classes);
     if (n_events) {
       std::printf("  recent events:\n");
       for (const std::string& line : recent) std::printf("    %s\n", line.c_str());
