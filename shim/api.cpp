@@ -65,9 +65,11 @@ FW_API int fw_posix_memalign(void** out, size_t alignment, size_t size) {
 // C11/C17: alignment must be a valid (power of two) alignment; glibc does not
 // require size to be a multiple of it, and neither does freeway.
 FW_API void* fw_aligned_alloc(size_t alignment, size_t size) { return fw_malloc_aligned(alignment, size); }
-// glibc's memalign rounds an alignment that is not a power of two up to one.
+// glibc's memalign rounds an alignment that is not a power of two up to one;
+// only an alignment above the largest power of two (2^63) is invalid (EINVAL).
+// Any valid alignment that cannot be had is ENOMEM, as for aligned_alloc.
 FW_API void* fw_memalign(size_t alignment, size_t size) {
-  if (alignment > (size_t(1) << 40)) {
+  if (alignment > ~(~size_t(0) >> 1)) {
     errno = EINVAL;
     return nullptr;
   }

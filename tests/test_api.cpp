@@ -356,6 +356,60 @@ TEST_CASE("memalign rounds an alignment that is not a power of two up to the nex
   CHECK(p == nullptr);
 }
 
+TEST_CASE("at every power of two up to 2^63 the aligned allocators agree: a block or ENOMEM, never EINVAL (glibc)") {
+  // glibc's tst-malloc-too-large: a valid alignment that cannot be had is
+  // ENOMEM. memalign, aligned_alloc and posix_memalign take the same answer
+  // for the same request; valloc and pvalloc are page alignment.
+  for (unsigned k = 0; k < 64; ++k) {
+    const size_t a = size_t(1) << k;
+    CAPTURE(k);
+    errno = 0;
+    void* m = memalign(opaque(a), 4096);
+    const int em = errno;
+    errno = 0;
+    void* al = aligned_alloc(opaque(a), 4096);
+    const int ea = errno;
+    void* pm = nullptr;
+    const int rp = posix_memalign(&pm, opaque(a), 4096);
+    for (void* p : {m, al, pm})
+      if (p) CHECK(aligned_to(p, a));
+    if (!m) CHECK(em == ENOMEM);
+    if (!al) CHECK(ea == ENOMEM);
+    if (a >= sizeof(void*))
+      CHECK((rp == 0 || rp == ENOMEM));
+    else
+      CHECK(rp == EINVAL);  // POSIX: below sizeof(void*) is not a valid alignment for it
+    if (a <= (size_t(1) << 30)) {  // within any arena: all three must succeed
+      CHECK(m != nullptr);
+      CHECK(al != nullptr);
+      if (a >= sizeof(void*)) CHECK(pm != nullptr);
+    }
+    free(m);
+    free(al);
+    if (rp == 0) free(pm);
+    // The request that cannot be had, at the same alignment: ENOMEM everywhere.
+    errno = 0;
+    CHECK(memalign(opaque(a), opaque(SIZE_MAX - 4096)) == nullptr);
+    CHECK(errno == ENOMEM);
+    errno = 0;
+    CHECK(aligned_alloc(opaque(a), opaque(SIZE_MAX - 4096)) == nullptr);
+    CHECK(errno == ENOMEM);
+    if (a >= sizeof(void*)) CHECK(posix_memalign(&pm, opaque(a), opaque(SIZE_MAX - 4096)) == ENOMEM);
+  }
+  // Beyond the largest power of two: not an alignment at all (EINVAL).
+  errno = 0;
+  CHECK(memalign(opaque((size_t(1) << 63) + 1), 16) == nullptr);
+  CHECK(errno == EINVAL);
+  void* v = valloc(opaque(100));
+  void* pv = pvalloc(opaque(100));
+  REQUIRE(v != nullptr);
+  REQUIRE(pv != nullptr);
+  CHECK(aligned_to(v, size_t(sysconf(_SC_PAGESIZE))));
+  CHECK(aligned_to(pv, size_t(sysconf(_SC_PAGESIZE))));
+  free(v);
+  free(pv);
+}
+
 // ---------------------------------------------------------------------------
 // Alignment.
 
