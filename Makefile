@@ -11,7 +11,7 @@ CMAKE_FLAGS ?=
 # a message naming the package if one is missing. Running the GUI needs Mesa's
 # OpenGL drivers; the GUI's tests draw into Xvfb.
 PKGS_BUILD := cmake g++ make pkg-config libspdlog-dev libimgui-dev libglfw3-dev libgl-dev libstb-dev
-PKGS_GL    := libgl1-mesa-dri libglx-mesa0
+PKGS_GL    := libgl1-mesa-dri libglx-mesa0 fonts-dejavu-core
 PKGS_DEMO  := $(PKGS_BUILD) $(PKGS_GL)
 PKGS_TEST  := $(PKGS_BUILD) $(PKGS_GL) doctest-dev libmimalloc-dev python3 coreutils xvfb xauth
 PKGS_BENCH := $(PKGS_BUILD) python3 python3-matplotlib libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 time

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""End-to-end tests of freeway-inspect's CLI against a live process.
+"""End-to-end tests of freeway-inspect (CLI and GUI) against a live process.
 
 usage: e2e.py INSPECT CHILD LIBFREEWAY CASE
 
@@ -7,6 +7,9 @@ INSPECT is freeway-inspect, CHILD is telemetry_child (not linked with
 freeway), LIBFREEWAY is libfreeway.so, preloaded into CHILD with
 FREEWAY_TELEMETRY=1. CASE is one of the functions named case_* below; each
 is its own ctest test. Standard library only.
+
+The GUI cases (case_gui_*) also need FW_XVFB_RUN (xvfb-run) and
+FW_CHECK_SCREENSHOT (tests/gui/check_screenshot) in the environment.
 
 Tolerance of the figures compared with fw_stats: none. The child is
 single-threaded and idle when it prints fw_stats, so every snapshot published
@@ -301,6 +304,67 @@ def case_watch():
     if p.returncode != 0 or "has exited" not in out:
         fail(f"watch after the process exited: exit {p.returncode}: {out[-300:]}")
     print("ok: watch (3 views; reports the exit)")
+
+
+def xvfb(*args, timeout=90):
+    """freeway-inspect ARGS in a fresh Xvfb display; returns (code, stdout, stderr)."""
+    cmd = [os.environ["FW_XVFB_RUN"], "-a", "-s", "-screen 0 1280x800x24", INSPECT, *map(str, args)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def check_png(path, min_states, min_pixels=400):
+    p = subprocess.run([os.environ["FW_CHECK_SCREENSHOT"], path, str(min_states), str(min_pixels)],
+                       capture_output=True, text=True, timeout=60)
+    print(p.stdout.strip())
+    if p.returncode != 0:
+        fail(f"screenshot {path}: {p.stdout} {p.stderr}")
+
+
+def case_gui_live_screenshot():
+    c = Child()
+    c.settle()
+    png = os.path.join(TMP, "live.png")
+    code, out, err = xvfb(c.pid, "--screenshot", png, "--frames", "12", "--size", "1280x800")
+    if code != 0 or "start to first frame" not in out:
+        fail(f"GUI screenshot: exit {code}\nstdout: {out}\nstderr: {err}")
+    print("ok:", out.strip())
+    # The child's heap has small spans in several states, large runs and
+    # unused address space: at least three state colours, each in 400+ pixels.
+    check_png(png, 3)
+    c.exit()
+
+
+def case_gui_replay_screenshot():
+    c = Child()
+    c.settle()
+    rec = os.path.join(TMP, "r.fwr")
+    run("record", c.pid, "-o", rec, "--hz", "20", "--seconds", "1", expect=0)
+    c.exit()
+    png = os.path.join(TMP, "replay.png")
+    code, out, err = xvfb("--replay", rec, "--screenshot", png, "--frames", "5", "--size", "1280x800")
+    if code != 0:
+        fail(f"GUI replay screenshot: exit {code}\nstdout: {out}\nstderr: {err}")
+    print("ok:", out.strip())
+    check_png(png, 3)
+
+
+def case_gui_errors():
+    p = subprocess.Popen(["true"])
+    p.wait()
+    one_line_error([p.pid], "no process")
+    one_line_error(["--replay", os.path.join(TMP, "missing.fwr")], "cannot open")
+    one_line_error(["--frames", "0"], "--frames")
+    one_line_error(["--screenshot", os.path.join(TMP, "x.png")], "needs a PID")
+    # No display at all: one line, exit 2 (tools/demo then falls back to `watch`).
+    c = Child()
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    q = subprocess.run([INSPECT, str(c.pid)], capture_output=True, text=True, timeout=60, env=env)
+    lines = q.stderr.strip().splitlines()
+    if q.returncode != 2 or len(lines) != 1 or "cannot open a window" not in lines[0]:
+        fail(f"GUI without a display: exit {q.returncode}, stderr {q.stderr!r}")
+    print("ok: no display ->", lines[0])
+    c.exit()
 
 
 globals()["case_" + CASE]()

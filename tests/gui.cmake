@@ -1,0 +1,24 @@
+# tests/gui.cmake: freeway-inspect's GUI under Xvfb, included by
+# tests/CMakeLists.txt. The cases are in tests/inspector_cli/e2e.py (they
+# share its child process under LD_PRELOAD with telemetry on):
+#   gui.live_screenshot    a screenshot of a live process; check_screenshot finds
+#                          at least three span-state colours (400+ pixels each)
+#   gui.replay_screenshot  the same from a recording (--replay)
+#   gui.errors             dead pid, missing recording, bad arguments, and no
+#                          display at all: exit 2 with one line
+if(TARGET freeway-inspect AND TARGET telemetry_child AND TARGET fwi_gui)
+  find_program(FW_XVFB_RUN xvfb-run)
+  if(NOT FW_XVFB_RUN)
+    message(FATAL_ERROR "The GUI's tests need xvfb-run (Debian packages xvfb and xauth; `make test` installs them).")
+  endif()
+  add_executable(check_screenshot gui/check_screenshot.cpp)
+  target_include_directories(check_screenshot PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
+  target_link_libraries(check_screenshot PRIVATE fwi_model PkgConfig::FWI_STB)
+  foreach(case live_screenshot replay_screenshot errors)
+    add_test(NAME gui.${case}
+      COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/inspector_cli/e2e.py
+              $<TARGET_FILE:freeway-inspect> $<TARGET_FILE:telemetry_child> $<TARGET_FILE:freeway> gui_${case})
+    set_tests_properties(gui.${case} PROPERTIES TIMEOUT 180 LABELS inspector
+      ENVIRONMENT "FW_XVFB_RUN=${FW_XVFB_RUN};FW_CHECK_SCREENSHOT=$<TARGET_FILE:check_screenshot>")
+  endforeach()
+endif()
