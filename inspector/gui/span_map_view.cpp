@@ -126,9 +126,12 @@ void draw_span_map(App& app, UiState& ui, Rect r) {
     ImGui::End();
     return;
   }
-  ImGui::BeginChild("cells", ImVec2(0, 0), false, ImGuiWindowFlags_AlwaysVerticalScrollbar);
+  // The area left in the window, less the scrollbar, decides the fit.
   const float gutter = 34.0f;
-  const float width = ImGui::GetContentRegionAvail().x - gutter, height = ImGui::GetContentRegionAvail().y;
+  const ImVec2 area = ImGui::GetContentRegionAvail();
+  const float width = area.x - gutter - ImGui::GetStyle().ScrollbarSize, height = area.y;
+  ImGui::BeginChild("cells", ImVec2(0, 0), false, ImGuiWindowFlags_AlwaysVerticalScrollbar);
+  ImGui::PushStyleVar(ImGuiStyleVar_ItemSpacing, ImVec2(0, 0));  // rows exactly `cell` apart
   float cell = ui.cell;
   if (cell < 3) {  // fit: the largest cell (up to 24 px) that shows every span
     cell = 24;
@@ -179,6 +182,7 @@ void draw_span_map(App& app, UiState& ui, Rect r) {
     tooltip(s, size_t(hovered));
     if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) ui.selected_span = hovered == ui.selected_span ? -1 : hovered;
   }
+  ImGui::PopStyleVar();
   ImGui::EndChild();
   ImGui::End();
 }
