@@ -114,7 +114,8 @@ void draw_span_map(App& app, UiState& ui, Rect r) {
     ImGui::SameLine(0, 12);
   }
   ImGui::NewLine();
-  ImGui::TextDisabled("%zu spans in %zu regions; darker = emptier", s.spans.size(), s.regions.size());
+  ImGui::TextDisabled("%zu spans in %zu region%s; darker = emptier", s.spans.size(), s.regions.size(),
+                      s.regions.size() == 1 ? "" : "s");
   ImGui::SameLine();
   ImGui::SetNextItemWidth(110);
   ImGui::SliderFloat("cell size", &ui.cell, 0.0f, 24.0f, ui.cell < 3 ? "fit" : "%.0f px");
