@@ -280,7 +280,8 @@ void print_json(FILE* out, const Snapshot& s, const Figures& f, const std::vecto
   std::fprintf(out, "%s\"schema\": \"%s\",%s", in, kSnapshotSchema, nl);
   std::fprintf(out, "%s\"pid\": %" PRIu64 ", \"exe\": %s, \"format\": \"%u.%u\", \"hz\": %" PRIu64 ",%s", in,
                s.pid, json_string(s.exe).c_str(), s.version_major, s.version_minor, s.hz, nl);
-  std::fprintf(out, "%s\"time_s\": %.3f, \"snapshots\": %" PRIu64 ",%s", in, f.time_s, s.process.snapshots, nl);
+  std::fprintf(out, "%s\"time_s\": %.3f, \"snapshots\": %" PRIu64 ", \"publish_ns\": %" PRIu64 ",%s", in, f.time_s,
+               s.process.snapshots, s.process.publish_ns, nl);
   std::fprintf(out,
                "%s\"live\": %" PRIu64 ", \"peak_live\": %" PRIu64 ", \"committed\": %" PRIu64
                ", \"peak_committed\": %" PRIu64 ", \"reserved\": %" PRIu64 ", \"rss\": %" PRIu64 ",%s",
@@ -333,8 +334,8 @@ void print_json(FILE* out, const Snapshot& s, const Figures& f, const std::vecto
 // with the most committed bytes (0: all, in class order).
 void print_text(FILE* out, const Snapshot& s, const Figures& f, const std::vector<std::string>& violations,
                 size_t max_classes = 0) {
-  std::fprintf(out, "process %" PRIu64 " (%s), telemetry %u.%u at %" PRIu64 " Hz, %.1f s since start\n", s.pid,
-               s.exe.c_str(), s.version_major, s.version_minor, s.hz, f.time_s);
+  std::fprintf(out, "process %" PRIu64 " (%s), telemetry %u.%u at %" PRIu64 " Hz, %.1f s since start (a snapshot takes %.2f ms)\n",
+               s.pid, s.exe.c_str(), s.version_major, s.version_minor, s.hz, f.time_s, double(s.process.publish_ns) / 1e6);
   std::fprintf(out, "  live       %12s   peak %s\n", format_bytes(f.live).c_str(), format_bytes(f.peak_live).c_str());
   std::fprintf(out, "  committed  %12s   peak %s\n", format_bytes(f.committed).c_str(),
                format_bytes(f.peak_committed).c_str());
