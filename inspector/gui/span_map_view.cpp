@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 
 #include "inspector/gui/palette.h"
@@ -159,9 +160,12 @@ void draw_span_map(App& app, UiState& ui, Rect r) {
       const uint32_t region = uint32_t(size_t(row) / rows_per_region);
       const size_t row_in_region = size_t(row) % rows_per_region;
       if (row_in_region == 0) {
+        // Labels need a text line of height: with thin regions, every few.
+        const float region_h = float(rows_per_region) * cell, text_h = ImGui::GetTextLineHeight();
+        const uint32_t every = region_h >= text_h ? 1 : uint32_t(std::ceil(text_h / region_h));
         char label[16];
         std::snprintf(label, sizeof label, "r%u", region);
-        dl->AddText(ImVec2(o.x, o.y - 2), IM_COL32(150, 154, 162, 255), label);
+        if (region % every == 0) dl->AddText(ImVec2(o.x, o.y - 2), IM_COL32(150, 154, 162, 255), label);
         if (region > 0)
           dl->AddLine(ImVec2(o.x + gutter, o.y), ImVec2(o.x + gutter + float(cols) * cell, o.y),
                       IM_COL32(120, 124, 132, 255));
