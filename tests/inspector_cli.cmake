@@ -23,4 +23,7 @@ if(TARGET freeway-inspect)
               $<TARGET_FILE:freeway-inspect> $<TARGET_FILE:telemetry_child> $<TARGET_FILE:freeway> ${case})
     set_tests_properties(inspector_cli.${case} PROPERTIES TIMEOUT 120 LABELS inspector)
   endforeach()
+  # `list` prunes every stale segment in /dev/shm, including the one
+  # test_telemetry leaves on purpose (SIGKILL) and then checks for.
+  set_tests_properties(inspector_cli.stale_pruned PROPERTIES RESOURCE_LOCK freeway_stale_segments)
 endif()

@@ -5,7 +5,8 @@
 add_executable(test_telemetry test_telemetry.cpp $<TARGET_OBJECTS:fw_test_main>)
 target_include_directories(test_telemetry PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
 target_link_libraries(test_telemetry PRIVATE freeway doctest::doctest Threads::Threads)
-doctest_discover_tests(test_telemetry PROPERTIES TIMEOUT 120 LABELS override)
+# RESOURCE_LOCK: inspector_cli.stale_pruned prunes the stale segment one case leaves.
+doctest_discover_tests(test_telemetry PROPERTIES TIMEOUT 120 LABELS override RESOURCE_LOCK freeway_stale_segments)
 
 foreach(t test_signal_safety test_kill_tolerance test_fork)
   if(TARGET ${t})

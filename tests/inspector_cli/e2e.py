@@ -144,8 +144,8 @@ def case_snapshot_matches_fw_stats():
     _, out, _ = run("snapshot", c.pid, expect=0)
     if f"process {c.pid}" not in out or "blowup" not in out:
         fail(f"text snapshot: {out[:300]}")
-    # list shows it alive.
-    _, out, _ = run("list", "--json", expect=0)
+    # list shows it alive (--keep-stale: other tests' stale segments are theirs to check).
+    _, out, _ = run("list", "--json", "--keep-stale", expect=0)
     if not any(e["pid"] == c.pid and e["alive"] for e in json.loads(out)):
         fail(f"list --json does not show {c.pid}: {out}")
     if c.exit() != 0:
