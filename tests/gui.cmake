@@ -19,6 +19,7 @@ if(TARGET freeway-inspect AND TARGET telemetry_child AND TARGET fwi_gui)
       COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/inspector_cli/e2e.py
               $<TARGET_FILE:freeway-inspect> $<TARGET_FILE:telemetry_child> $<TARGET_FILE:freeway> gui_${case})
     set_tests_properties(gui.${case} PROPERTIES TIMEOUT 180 LABELS inspector
-      ENVIRONMENT "FW_XVFB_RUN=${FW_XVFB_RUN};FW_CHECK_SCREENSHOT=$<TARGET_FILE:check_screenshot>")
+      ENVIRONMENT "FW_XVFB_RUN=${FW_XVFB_RUN};FW_CHECK_SCREENSHOT=$<TARGET_FILE:check_screenshot>"
+      RESOURCE_LOCK xvfb)  # two `xvfb-run -a` starting at once can pick the same display
   endforeach()
 endif()
