@@ -298,11 +298,13 @@ int main(int argc, char** argv) {
   uint64_t committed_before_collect = 0, committed_after_collect = 0;
   uint64_t last_ops = 0;
   int passes = 0;
+  int reached = -1;  // the furthest phase started (a signal may stop the demo early)
   auto run_start = Clock::now();
   do {
     for (int phase = kRamp; phase < kPhaseCount && !g_signalled; phase++) {
       auto len = std::chrono::duration<double>(double(seconds) * kPhaseShare[phase]);
       auto start = Clock::now();
+      reached = std::max(reached, phase);
       if (phase == kRamp) sh.ramp_fill.store(0, std::memory_order_relaxed);
       sh.phase.store(phase, std::memory_order_release);
       sh.generation.fetch_add(1, std::memory_order_release);
@@ -359,13 +361,19 @@ int main(int argc, char** argv) {
   fw_stats_t st;
   fw_stats(&st);
   spdlog::info("== summary ==");
-  spdlog::info("{} complete pass(es) in {:.1f} s{}, {} threads, {:.1f} M malloc+free per second", passes, elapsed,
+  spdlog::info("{} complete pass(es) in {:.1f} s{}, {} threads, {:.2f} M malloc+free per second", passes, elapsed,
                g_signalled ? " (stopped by a signal)" : "", threads, double(sh.ops.load()) / 1e6 / elapsed);
   spdlog::info("highest live {:.1f} MiB, highest committed {:.1f} MiB (sampled each second); peak figures: "
                "live {:.1f} MiB, committed {:.1f} MiB",
                max_live, max_committed, mib(st.peak_live_bytes), mib(st.peak_committed_bytes));
-  spdlog::info("blowup in the fragment phase {:.2f} (committed / live); fw_collect(): {:.1f} -> {:.1f} MiB",
-               max_blowup, mib(committed_before_collect), mib(committed_after_collect));
+  if (reached >= kCollect)
+    spdlog::info("blowup in the fragment phase {:.2f} (committed / live); fw_collect(): {:.1f} -> {:.1f} MiB",
+                 max_blowup, mib(committed_before_collect), mib(committed_after_collect));
+  else if (reached >= kFragment)
+    spdlog::info("blowup in the fragment phase {:.2f} (committed / live); stopped before fw_collect()", max_blowup);
+  else
+    spdlog::info("stopped in phase {}/6 ({}), before the fragment phase and fw_collect()", reached,
+                 kPhaseName[std::max(reached, 0)]);
   spdlog::info("at the end: live {:.1f} MiB, committed {:.1f} MiB, reserved {:.0f} MiB of address space",
                mib(st.live_bytes), mib(st.committed_bytes), mib(st.reserved_bytes));
   spdlog::info("thread caches: {} created, {} live; large blocks: {} allocated, {} freed", st.threads_created,
