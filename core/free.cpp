@@ -8,6 +8,18 @@
 
 namespace fw {
 
+void free_slow_sized(Lab* lab, void* p, Span* d, size_t n, bool aligned) {
+  if (p != nullptr && d != nullptr) {
+    uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
+    const bool small = state == kHot || state == kFull || state == kPartial;
+    const bool large = state == kLarge || state == kLargeTail || state == kHuge;
+    // Not a block in use, or inside a large block (holds 0): free_slow reports it.
+    size_t holds = small ? d->block_size.load(std::memory_order_relaxed) : large ? large_usable_size(p, d) : 0;
+    if (holds != 0 && (small ? !sized_free_fits(n, holds, aligned) : n > holds)) report_sized_free(p, n, holds);
+  }
+  free_slow(lab, p, d);
+}
+
 void free_slow(Lab* lab, void* p, Span* d) {
   if (p == nullptr) {
     std::atomic_signal_fence(std::memory_order_seq_cst);

@@ -17,13 +17,40 @@
 #include "core/arena.h"
 #include "core/config.h"
 #include "core/lab.h"
+#include "core/report.h"
 #include "core/secure.h"
+#include "core/size_class.h"
 
 namespace fw {
 
 FW_NOINLINE void free_slow(Lab* lab, void* p, Span* d);  // entered with BUSY set; restores
 
-FW_INLINE void free_block(void* p) {
+// Sized frees (free_sized, free_aligned_sized, sized operator delete) check
+// the size against the block: it must be a size the block could have been
+// allocated or reallocated with. At most the block's size; and for a small
+// block of more than 64 bytes from an unaligned allocation, at least half of
+// it: every request a class serves is above the class below (more than half,
+// size_class.h), and realloc keeps a block only down to half its size
+// (alloc.cpp). Aligned allocations may take a bigger class, and large blocks
+// are rounded up, so for those only the upper bound is checked.
+FW_INLINE bool sized_free_fits(size_t n, size_t holds, bool aligned) {
+  return n <= holds && (aligned || holds <= 64 || n >= holds / 2);
+}
+// free_slow for a sized free: checks the size first (d != nullptr), reporting
+// "sized free of 0x... with size N, block holds M" and stopping on a mismatch.
+// Entered with BUSY set, like free_slow, and as a tail call, so the fast path
+// keeps no state across it.
+FW_NOINLINE void free_slow_sized(Lab* lab, void* p, Span* d, size_t n, bool aligned);
+
+// free_block_impl<false> is free(); free_block_impl<true> also checks the size.
+template <bool kSized>
+FW_INLINE void free_block_impl(void* p, size_t n, bool aligned);
+
+FW_INLINE void free_block(void* p) { free_block_impl<false>(p, 0, false); }
+FW_INLINE void free_block_sized(void* p, size_t n, bool aligned) { free_block_impl<true>(p, n, aligned); }
+
+template <bool kSized>
+FW_INLINE void free_block_impl(void* p, size_t n, bool aligned) {
   Lab* lab = tls_lab;
   tls_lab = &g_lab_busy;
   std::atomic_signal_fence(std::memory_order_seq_cst);
@@ -33,8 +60,15 @@ FW_INLINE void free_block(void* p) {
   // Our own hot span: onto its owner-side list. The span we are already
   // freeing a run of blocks into: onto the LAB's pending chain for it.
   bool own = d->owner.load(std::memory_order_relaxed) == lab;
-  if (FW_UNLIKELY(!own && d != lab->pending_span)) return free_slow(lab, p, d);
+  if (FW_UNLIKELY(!own && d != lab->pending_span)) {
+    if constexpr (kSized) return free_slow_sized(lab, p, d, n, aligned);
+    return free_slow(lab, p, d);
+  }
   unsigned c = d->cls.load(std::memory_order_relaxed);
+  if constexpr (kSized) {
+    // A mismatch stops the process: nothing to keep across the call.
+    if (FW_UNLIKELY(!sized_free_fits(n, class_block_size(c), aligned))) report_sized_free(p, n, class_block_size(c));
+  }
   // Hardening (secure.h): p must start a carved block and must not be free already.
 #if FREEWAY_HARDENING
   uint64_t canary = canary_of(p);

@@ -44,6 +44,14 @@ void report_misuse(const char* what, const void* p) {
   os::abort_process();
 }
 
+void report_sized_free(const void* p, uint64_t size, uint64_t holds) {
+  Line l;
+  l.str("freeway: sized free of ").ptr(p).str(" with size ").dec(size).str(", block holds ").dec(holds).str("\n");
+  l.write(2);
+  telemetry_event(FWT_EV_BAD_FREE, 0, reinterpret_cast<uintptr_t>(p), size);
+  os::abort_process();
+}
+
 bool report_invariant(const char* what, uint64_t detail) {
   Line l;
   l.str("freeway: invariant violated: ").str(what).str(" (").dec(detail).str(")\n");

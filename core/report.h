@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/config.h"
+
 namespace fw {
 
 // A small fixed buffer that formats text, decimal and hex without allocating.
@@ -25,6 +27,10 @@ class Line {
 // Heap misuse detected (bad free, double free...): prints
 // "freeway: <what> 0x<address>" on stderr and stops the process.
 [[noreturn]] void report_misuse(const char* what, const void* p);
+
+// A sized free whose size the block cannot have (see free.h): prints
+// "freeway: sized free of 0x<address> with size N, block holds M" and stops.
+[[noreturn]] FW_COLD void report_sized_free(const void* p, uint64_t size, uint64_t holds);
 
 // An invariant checker found a violation: prints it and returns false so that
 // checkers can count violations and carry on.

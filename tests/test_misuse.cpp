@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <new>
 #include <initializer_list>
 #include <poll.h>
 #include <string>
@@ -312,4 +313,73 @@ TEST_CASE("misuse: realloc (to a larger size) of a freed block aborts") {
     std::snprintf(m, sizeof m, "child: realloc of the freed block returned %p\n", q);
     say(m);
   });
+}
+
+// ---------------------------------------------------------------------------
+// Sized frees (issue 11): the size must be one the block can have.
+
+const std::initializer_list<const char*> kSizedFree = {"sized free"};
+
+TEST_CASE("misuse: sized operator delete with a size larger than the block aborts") {
+  expect_abort("operator delete(p, 4096) of a 48-byte block", kSizedFree, [] {
+    void* p = ::operator new(48);
+    announce(p);
+    ::operator delete(launder(p), 4096);
+  });
+}
+
+TEST_CASE("misuse: sized operator delete with a size far below the block's aborts") {
+  expect_abort("operator delete(p, 100) of a 1024-byte block", kSizedFree, [] {
+    void* p = ::operator new(1024);
+    announce(p);
+    ::operator delete(launder(p), 100);
+  });
+}
+
+TEST_CASE("misuse: free_sized with a wrong size of a block another thread allocated aborts") {
+  expect_abort("free_sized(p, 2000) of another thread's 200-byte block", kSizedFree, [] {
+    void* p = nullptr;
+    std::thread([&p] { p = malloc(200); }).join();
+    announce(p);
+    fw_free_sized(launder(p), 2000);
+  });
+}
+
+TEST_CASE("misuse: free_sized of a large block with a size larger than it aborts") {
+  expect_abort("free_sized(p, 8 MiB) of a 4 MiB block", kSizedFree, [] {
+    void* p = malloc(4 << 20);
+    announce(p);
+    fw_free_sized(launder(p), 8 << 20);
+  });
+}
+
+TEST_CASE("sized frees with the sizes programs legitimately pass go through") {
+  // Exact sizes, sizes after realloc kept the block, calloc, aligned new and
+  // delete, large blocks, and NULL: none of these may stop the process.
+  for (size_t n = 0; n <= 70000; n = n < 512 ? n + 1 : n * 9 / 8) {
+    void* p = ::operator new(n);
+    ::operator delete(p, n);
+    void* q = malloc(n);
+    fw_free_sized(q, n);
+    char* a = new char[n + 1];
+    delete[] a;
+  }
+  for (size_t n : {size_t(100), size_t(1000), size_t(5000), size_t(100000), size_t(3) << 20}) {
+    void* p = malloc(n);
+    void* q = realloc(p, n * 3 / 4);  // may keep the block
+    fw_free_sized(q, n * 3 / 4);
+    void* c = calloc(n, 1);
+    fw_free_sized(c, n);
+  }
+  for (size_t align : {size_t(32), size_t(64), size_t(256), size_t(4096), size_t(1) << 16}) {
+    for (size_t n : {size_t(1), size_t(24), size_t(100), size_t(3000), size_t(200000)}) {
+      void* p = ::operator new(n, std::align_val_t(align));
+      ::operator delete(p, n, std::align_val_t(align));
+      void* q = aligned_alloc(align, n);
+      fw_free_aligned_sized(q, align, n);
+    }
+  }
+  fw_free_sized(nullptr, 123);
+  ::operator delete(nullptr, size_t(64));
+  CHECK(fw_check_heap() == 0);
 }
