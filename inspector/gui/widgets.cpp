@@ -43,14 +43,16 @@ void plot_lines(const char* id, const Series* series, int n_series, int n_values
   ImGui::InvisibleButton("plot", ImVec2(width, height));
   const bool hovered = ImGui::IsItemHovered();
   ImDrawList* dl = ImGui::GetWindowDrawList();
-  const ImVec2 p0(origin.x + label_w, origin.y + 4), p1(origin.x + width - 4, origin.y + height - 4);
-  dl->AddRectFilled(p0, p1, IM_COL32(24, 26, 32, 255), 3.0f);
-  dl->AddRect(p0, p1, IM_COL32(70, 74, 84, 255), 3.0f);
+  const ImVec2 box0(origin.x + label_w, origin.y + 4), p1(origin.x + width - 4, origin.y + height - 4);
+  dl->AddRectFilled(box0, p1, IM_COL32(24, 26, 32, 255), 3.0f);
+  dl->AddRect(box0, p1, IM_COL32(70, 74, 84, 255), 3.0f);
+  // The top band holds the legend; the data go below it, so no line crosses its text.
+  const ImVec2 p0(box0.x, box0.y + 22);
   double vmax = 0;
   for (int s = 0; s < n_series; s++)
     for (int i = 0; i < n_values; i++) vmax = std::max(vmax, double(series[s].values[i]));
   if (vmax <= 0) vmax = 1;
-  vmax *= 1.08;
+  vmax *= 1.05;
   char buf[48];
   // Grid and labels: 0, max/2, max.
   for (int g = 0; g <= 2; g++) {
@@ -78,7 +80,7 @@ void plot_lines(const char* id, const Series* series, int n_series, int n_values
     }
     if (cursor >= 0 && cursor < n_values) {
       float x = p0.x + dx * float(cursor);
-      dl->AddLine(ImVec2(x, p0.y), ImVec2(x, p1.y), IM_COL32(230, 230, 230, 160), 1.0f);
+      dl->AddLine(ImVec2(x, box0.y), ImVec2(x, p1.y), IM_COL32(230, 230, 230, 160), 1.0f);
     }
     if (hovered) {
       int i = int(std::lround((ImGui::GetIO().MousePos.x - p0.x) / dx));
@@ -94,8 +96,8 @@ void plot_lines(const char* id, const Series* series, int n_series, int n_values
   // Legend, top left inside the plot.
   float lx = p0.x + 8;
   for (int s = 0; s < n_series; s++) {
-    dl->AddRectFilled(ImVec2(lx, p0.y + 8), ImVec2(lx + 10, p0.y + 18), series[s].colour);
-    dl->AddText(ImVec2(lx + 14, p0.y + 5), IM_COL32(210, 212, 218, 255), series[s].name);
+    dl->AddRectFilled(ImVec2(lx, box0.y + 6), ImVec2(lx + 10, box0.y + 16), series[s].colour);
+    dl->AddText(ImVec2(lx + 14, box0.y + 3), IM_COL32(210, 212, 218, 255), series[s].name);
     lx += 24 + ImGui::CalcTextSize(series[s].name).x;
   }
   ImGui::PopID();
