@@ -6,6 +6,9 @@
 #   gui.replay_screenshot  the same from a recording (--replay)
 #   gui.errors             dead pid, missing recording, bad arguments, and no
 #                          display at all: exit 2 with one line
+# and in tests/gui/exited.py (freeway-demo as the watched process):
+#   gui.exited             the process exits while watched: exit 0, its last
+#                          state still on screen (two or more state colours)
 if(TARGET freeway-inspect AND TARGET telemetry_child AND TARGET fwi_gui)
   find_program(FW_XVFB_RUN xvfb-run)
   if(NOT FW_XVFB_RUN)
@@ -22,4 +25,12 @@ if(TARGET freeway-inspect AND TARGET telemetry_child AND TARGET fwi_gui)
       ENVIRONMENT "FW_XVFB_RUN=${FW_XVFB_RUN};FW_CHECK_SCREENSHOT=$<TARGET_FILE:check_screenshot>"
       RESOURCE_LOCK xvfb)  # two `xvfb-run -a` starting at once can pick the same display
   endforeach()
+  if(TARGET freeway-demo)
+    add_test(NAME gui.exited
+      COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/gui/exited.py
+              $<TARGET_FILE:freeway-inspect> $<TARGET_FILE:freeway-demo>)
+    set_tests_properties(gui.exited PROPERTIES TIMEOUT 180 LABELS inspector
+      ENVIRONMENT "FW_XVFB_RUN=${FW_XVFB_RUN};FW_CHECK_SCREENSHOT=$<TARGET_FILE:check_screenshot>"
+      RESOURCE_LOCK xvfb)
+  endif()
 endif()

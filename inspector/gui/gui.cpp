@@ -245,7 +245,9 @@ int gui_main(int argc, char** argv) {
   while (!glfwWindowShouldClose(win)) {
     if (!opt.screenshot.empty()) {
       // One frame per snapshot, so the plots fill as they would live.
-      if (frames > 0) std::this_thread::sleep_for(std::chrono::duration<double>(app.seconds_to_next_poll()));
+      // (At most one snapshot period: an exited process is not polled at all.)
+      if (frames > 0)
+        std::this_thread::sleep_for(std::chrono::duration<double>(std::min(app.seconds_to_next_poll(), 1.0 / app.hz)));
       glfwPollEvents();
     } else {
       glfwWaitEventsTimeout(std::clamp(app.seconds_to_next_poll(), 0.001, 0.25));
@@ -292,14 +294,17 @@ int gui_main(int argc, char** argv) {
         rc = 2;
       } else {
         const size_t spans = app.current ? app.current->spans.size() : 0;
-        std::printf("screenshot %s: %dx%d after %u frames; start to first frame %.1f ms (attach %.1f ms); "
+        std::printf("screenshot %s: %dx%d after %u frames; start to first frame %.1f ms (attach %.1f ms, attach to "
+                    "first frame %.1f ms); "
                     "frame time mean %.2f ms (ImGui %.2f ms, the rest OpenGL), max %.2f ms; %zu spans, live %s, "
-                    "committed %s\n",
+                    "committed %s%s\n",
                     opt.screenshot.c_str(), w, h, frames, first_frame_ms,
                     std::chrono::duration<double, std::milli>(t_attached - t_start).count(),
+                    first_frame_ms - std::chrono::duration<double, std::milli>(t_attached - t_start).count(),
                     frames > 1 ? frame_ms_sum / (frames - 1) : 0.0, frames > 1 ? build_ms_sum / (frames - 1) : 0.0,
                     frame_ms_max, spans,
-                    format_bytes(app.figures.live).c_str(), format_bytes(app.figures.committed).c_str());
+                    format_bytes(app.figures.live).c_str(), format_bytes(app.figures.committed).c_str(),
+                    app.exited ? "; the process exited (its last state shown)" : "");
       }
       break;
     }

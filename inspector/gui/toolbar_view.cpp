@@ -30,14 +30,26 @@ void draw_toolbar(App& app, UiState& ui, Rect r) {
     ImGui::TextColored(ImVec4(0.95f, 0.75f, 0.3f, 1), "PAUSED");
   else
     ImGui::TextColored(ImVec4(0.45f, 0.85f, 0.5f, 1), app.kind == SourceKind::replay ? "PLAYING" : "LIVE");
-  // Right side: the status, then Detach.
+  // Right side: the status, then Detach. Where the window is too narrow for
+  // all of it, the history's size goes first, then the read time.
+  const float after_state = ImGui::GetItemRectMax().x - ImGui::GetWindowPos().x + 20;
   const double age = std::chrono::duration<double>(App::Clock::now() - app.last_snapshot_at).count();
-  char status[160];
-  std::snprintf(status, sizeof status, "frame %.1f ms (ImGui %.1f) | snapshot %.0f ms old, read in %.1f ms | history %s",
-                ui.frame_ms, ui.build_ms, age * 1000, app.last_take_ms, format_bytes(app.history.memory_bytes()).c_str());
-  const float status_w = ImGui::CalcTextSize(status).x;
-  ImGui::SameLine(std::max(ImGui::GetCursorPosX() + 20, ImGui::GetWindowWidth() - status_w - 90));
-  ImGui::TextDisabled("%s", status);
+  char age_text[32];
+  if (age < 1)
+    std::snprintf(age_text, sizeof age_text, "%.0f ms", age * 1000);
+  else
+    std::snprintf(age_text, sizeof age_text, "%.1f s", age);
+  char status[3][160];
+  std::snprintf(status[0], sizeof status[0], "frame %.1f ms (ImGui %.1f) | snapshot %s old, read in %.1f ms | history %s",
+                ui.frame_ms, ui.build_ms, age_text, app.last_take_ms, format_bytes(app.history.memory_bytes()).c_str());
+  std::snprintf(status[1], sizeof status[1], "frame %.1f ms (ImGui %.1f) | snapshot %s old, read in %.1f ms", ui.frame_ms,
+                ui.build_ms, age_text, app.last_take_ms);
+  std::snprintf(status[2], sizeof status[2], "frame %.1f ms | snapshot %s old", ui.frame_ms, age_text);
+  const float right = ImGui::GetWindowWidth() - 90;
+  int pick = 0;
+  while (pick < 2 && after_state + ImGui::CalcTextSize(status[pick]).x > right) pick++;
+  ImGui::SameLine(std::max(after_state, right - ImGui::CalcTextSize(status[pick]).x));
+  ImGui::TextDisabled("%s", status[pick]);
   ImGui::SameLine(ImGui::GetWindowWidth() - 70);
   if (ImGui::Button("Detach")) ui.want_detach = true;
 
