@@ -2,6 +2,9 @@
 // the committed bytes that are not live go, and plots over the history.
 #include <imgui.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <string>
 #include <vector>
 
 #include "inspector/gui/palette.h"
@@ -11,10 +14,10 @@ namespace fwi {
 
 namespace {
 
-void figure(const char* name, const std::string& value, const char* hint) {
+void figure(const char* name, const std::string& value, const char* hint, float scale) {
   ImGui::BeginGroup();
   ImGui::TextDisabled("%s", name);
-  ImGui::SetWindowFontScale(1.35f);
+  ImGui::SetWindowFontScale(scale);
   ImGui::TextUnformatted(value.c_str());
   ImGui::SetWindowFontScale(1.0f);
   ImGui::EndGroup();
@@ -74,20 +77,31 @@ void draw_overview(App& app, UiState&, Rect r) {
   }
   const Figures& f = app.figures;
   char buf[64];
-  const float col = ImGui::GetContentRegionAvail().x / 6.0f;
-  figure("live", format_bytes(f.live), "Bytes in blocks handed out and not freed (block sizes)");
-  ImGui::SameLine(col);
-  figure("committed", format_bytes(f.committed), "Bytes committed from the OS and not given back");
-  ImGui::SameLine(col * 2);
-  figure("RSS", format_bytes(f.rss), "Resident set of the whole process (/proc/self/statm)");
-  ImGui::SameLine(col * 3);
-  figure("reserved", format_bytes(f.reserved), "Address space reserved from the OS");
-  ImGui::SameLine(col * 4);
+  // Six figures in a row, in a larger font where they fit; else smaller, and
+  // in two rows of three when even the normal font would not fit.
+  const float avail_w = ImGui::GetContentRegionAvail().x;
+  const float widest = ImGui::CalcTextSize("1023 MiB").x + 12;
+  const int per_row = avail_w / 6.0f >= widest ? 6 : 3;
+  const float col = avail_w / float(per_row);
+  const float scale = std::clamp(col / widest, 1.0f, 1.35f);
+  std::string values[6] = {format_bytes(f.live), format_bytes(f.committed), format_bytes(f.rss),
+                           format_bytes(f.reserved), "", ""};
   std::snprintf(buf, sizeof buf, "%.2f", f.blowup);
-  figure("blowup", buf, "committed / live: memory held now over memory in use now");
-  ImGui::SameLine(col * 5);
+  values[4] = buf;
   std::snprintf(buf, sizeof buf, "%.2f", f.blowup_peak);
-  figure("blowup (peak)", buf, "committed / peak live (Hoard's definition)");
+  values[5] = buf;
+  static const char* const kNames[6] = {"live", "committed", "RSS", "reserved", "blowup", "blowup (peak)"};
+  static const char* const kHints[6] = {
+      "Bytes in blocks handed out and not freed (block sizes)",
+      "Bytes committed from the OS and not given back",
+      "Resident set of the whole process (/proc/self/statm)",
+      "Address space reserved from the OS",
+      "committed / live: memory held now over memory in use now",
+      "committed / peak live (Hoard's definition)"};
+  for (int i = 0; i < 6; i++) {
+    if (i % per_row) ImGui::SameLine(col * float(i % per_row));
+    figure(kNames[i], values[i], kHints[i], scale);
+  }
   ImGui::Spacing();
   committed_bar(f);
   ImGui::Spacing();

@@ -47,9 +47,11 @@ void draw_toolbar(App& app, UiState& ui, Rect r) {
   std::snprintf(status[2], sizeof status[2], "frame %.1f ms | snapshot %s old", ui.frame_ms, age_text);
   const float right = ImGui::GetWindowWidth() - 90;
   int pick = 0;
-  while (pick < 2 && after_state + ImGui::CalcTextSize(status[pick]).x > right) pick++;
-  ImGui::SameLine(std::max(after_state, right - ImGui::CalcTextSize(status[pick]).x));
-  ImGui::TextDisabled("%s", status[pick]);
+  while (pick < 3 && after_state + ImGui::CalcTextSize(status[pick]).x > right) pick++;
+  if (pick < 3) {  // else none fits beside a long label: the window is too narrow
+    ImGui::SameLine(right - ImGui::CalcTextSize(status[pick]).x);
+    ImGui::TextDisabled("%s", status[pick]);
+  }
   ImGui::SameLine(ImGui::GetWindowWidth() - 70);
   if (ImGui::Button("Detach")) ui.want_detach = true;
 
