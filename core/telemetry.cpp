@@ -63,17 +63,10 @@ uintptr_t g_thread = 0;
 char g_name[32];                       // "freeway.<pid>"
 
 void make_name(uint64_t pid) {
-  char digits[24];
-  int n = 0;
-  do {
-    digits[n++] = char('0' + pid % 10);
-    pid /= 10;
-  } while (pid);
-  const char prefix[] = "freeway.";
-  size_t len = 0;
-  for (const char* p = prefix; *p; p++) g_name[len++] = *p;
-  while (n > 0) g_name[len++] = digits[--n];
-  g_name[len] = 0;
+  Line l;  // report.h's allocation-free formatter
+  l.str("freeway.").dec(pid);
+  std::memcpy(g_name, l.data(), l.size());
+  g_name[l.size()] = 0;
 }
 
 // --- The snapshot ---

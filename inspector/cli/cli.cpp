@@ -179,8 +179,13 @@ bool parse_args(const char* cmd, int argc, char** argv, std::initializer_list<Op
   return true;
 }
 
+// A process id as the commands take it: decimal, 1 to 2^31 - 1.
+bool parse_pid(const std::string& word, uint64_t* pid) {
+  return parse_u64(word.c_str(), pid) && *pid != 0 && *pid <= 0x7fffffffull;
+}
+
 bool get_pid(const char* cmd, const std::string& word, uint64_t* pid) {
-  if (!parse_u64(word.c_str(), pid) || *pid == 0 || *pid > 0x7fffffffull) {
+  if (!parse_pid(word, pid)) {
     fail("%s: '%s' is not a process id", cmd, word.c_str());
     return false;
   }
@@ -189,12 +194,6 @@ bool get_pid(const char* cmd, const std::string& word, uint64_t* pid) {
 
 // ---------------------------------------------------------------------------
 // Sources: a live pid, or a recording / snapshot file (its last frame).
-
-bool is_pid_word(const std::string& w) {
-  uint64_t v;
-  struct stat st;
-  return parse_u64(w.c_str(), &v) && stat(w.c_str(), &st) != 0;  // a file named "123" is a file
-}
 
 bool take_live(uint64_t pid, Snapshot* s, std::string* err) {
   auto seg = Segment::attach(pid, err);
@@ -225,20 +224,19 @@ bool take_file(const std::string& path, Snapshot* s, std::string* err) {
 }
 
 bool take_any(const std::string& word, Snapshot* s, std::string* err) {
-  if (is_pid_word(word)) {
-    uint64_t pid;
-    if (!parse_u64(word.c_str(), &pid) || pid == 0 || pid > 0x7fffffffull) {
+  struct stat st;
+  if (stat(word.c_str(), &st) == 0) return take_file(word, s, err);  // a file named "123" is a file
+  const int stat_errno = errno;
+  uint64_t pid;
+  if (parse_u64(word.c_str(), &pid)) {  // digits: a process id
+    if (!parse_pid(word, &pid)) {
       *err = "'" + word + "' is not a process id";
       return false;
     }
     return take_live(pid, s, err);
   }
-  struct stat st;
-  if (stat(word.c_str(), &st) != 0) {
-    *err = "'" + word + "' is neither a process id nor a file (" + std::strerror(errno) + ")";
-    return false;
-  }
-  return take_file(word, s, err);
+  *err = "'" + word + "' is neither a process id nor a file (" + std::strerror(stat_errno) + ")";
+  return false;
 }
 
 // ---------------------------------------------------------------------------

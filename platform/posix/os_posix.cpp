@@ -256,6 +256,13 @@ size_t read_small_file(const char* path, char* buf, size_t size) {
   errno = saved;
   return got;
 }
+
+// The decimal number at s (0 if none).
+uint64_t decimal_at(const char* s) {
+  uint64_t v = 0;
+  for (; *s >= '0' && *s <= '9'; s++) v = v * 10 + uint64_t(*s - '0');
+  return v;
+}
 }  // namespace
 
 void* shared_create(const char* name, size_t size, const char** why) {
@@ -362,9 +369,7 @@ uint64_t resident_bytes() {
   // "size resident shared ...": the second number, in pages.
   const char* s = buf;
   while (*s && *s != ' ') s++;
-  uint64_t pages = 0;
-  for (s++; *s >= '0' && *s <= '9'; s++) pages = pages * 10 + uint64_t(*s - '0');
-  return pages * page_size();
+  return *s == ' ' ? decimal_at(s + 1) * page_size() : 0;
 }
 
 uint64_t process_start_ticks() {
@@ -379,9 +384,7 @@ uint64_t process_start_ticks() {
   unsigned field = 2;
   for (s++; *s && field < 22; s++)
     if (*s == ' ') field++;
-  uint64_t v = 0;
-  for (; *s >= '0' && *s <= '9'; s++) v = v * 10 + uint64_t(*s - '0');
-  return v;
+  return decimal_at(s);
 }
 
 void program_name(char* buf, size_t size) {
