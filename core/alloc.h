@@ -1,9 +1,9 @@
 // core/alloc.h: malloc's fast path, and the allocation entry points of the core.
 //
 // The fast path (alloc_small) is what almost every malloc runs:
-//   load tls_lab; store BUSY to tls_lab; class table load; load free[c];
+//   load the thread slot; store BUSY to it; class table load; load free[c];
 //   test; load next (decode); store free[c]; clear the block's free canary;
-//   bump allocs[c]; store tls_lab back.
+//   bump allocs[c]; store the LAB back to the slot.
 // Budget: 24 instructions on x86-64 for malloc(n <= 1024), call and return
 // included (docs/design.md has the measured count). Everything else is in
 // alloc.cpp and never inlined.
@@ -18,13 +18,13 @@
 
 namespace fw {
 
-// Slow paths. Both are entered with tls_lab == BUSY and restore it.
+// Slow paths. Both are entered with lab_current() == BUSY and restore it.
 FW_NOINLINE void* malloc_slow(Lab* lab, unsigned c);
 FW_NOINLINE void* malloc_medium_or_large(size_t n);
 
 FW_INLINE void* alloc_class(unsigned c) {
-  Lab* lab = tls_lab;
-  tls_lab = &g_lab_busy;
+  Lab* lab = lab_current();
+  lab_set_current(&g_lab_busy);
   std::atomic_signal_fence(std::memory_order_seq_cst);  // BUSY is set before the LAB is touched
   void* p = lab->free[c];
   if (FW_UNLIKELY(p == nullptr)) return malloc_slow(lab, c);
@@ -34,7 +34,7 @@ FW_INLINE void* alloc_class(unsigned c) {
 #endif
   lab_count(lab->allocs[c]);
   std::atomic_signal_fence(std::memory_order_seq_cst);  // the LAB is consistent before BUSY is cleared
-  tls_lab = lab;
+  lab_set_current(lab);
   return p;
 }
 

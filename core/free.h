@@ -5,9 +5,9 @@
 // block of the span the thread is already freeing a run of blocks into (the
 // LAB's pending chain, lab.h), so a batch of frees into a span the thread let
 // float costs one CAS in all. For its own hot span:
-//   load tls_lab; store BUSY; region map load; descriptor owner load; compare;
+//   load the thread slot; store BUSY; region map load; descriptor owner load; compare;
 //   class load; block check (multiply, rotate, compare with carved); canary
-//   check and set; link the block into free[c]; bump frees[c]; restore tls_lab.
+//   check and set; link the block into free[c]; bump frees[c]; restore the slot.
 // Budget: 40 instructions on x86-64, call and return included. Every other case (a
 // block of another thread's span, a large block, NULL, a bad pointer) goes to
 // free_slow, which is never inlined.
@@ -51,8 +51,8 @@ FW_INLINE void free_block_sized(void* p, size_t n, bool aligned) { free_block_im
 
 template <bool kSized>
 FW_INLINE void free_block_impl(void* p, size_t n, bool aligned) {
-  Lab* lab = tls_lab;
-  tls_lab = &g_lab_busy;
+  Lab* lab = lab_current();
+  lab_set_current(&g_lab_busy);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   Span* slice = region_slice_of(p);
   if (FW_UNLIKELY(slice == nullptr)) return free_slow(lab, p, nullptr);
@@ -87,7 +87,7 @@ FW_INLINE void free_block_impl(void* p, size_t n, bool aligned) {
   }
   lab_count(lab->frees[c]);
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  tls_lab = lab;
+  lab_set_current(lab);
 }
 
 }  // namespace fw

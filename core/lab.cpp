@@ -17,7 +17,7 @@ namespace fw {
 Lab g_lab_empty;
 Lab g_lab_busy;
 Lab g_lab_dead;
-__thread Lab* tls_lab __attribute__((tls_model("initial-exec"))) = &g_lab_empty;
+FW_THREAD_SLOT_DEFINE(&g_lab_empty);
 
 namespace {
 
@@ -66,14 +66,14 @@ void lab_put(Lab* lab) {
 // Runs at thread exit (platform thread-exit hook) with the thread's LAB.
 void lab_thread_exit(void* arg) {
   Lab* lab = static_cast<Lab*>(arg);
-  tls_lab = &g_lab_busy;
+  lab_set_current(&g_lab_busy);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   lab_flush(lab);
   g_threads_live.fetch_sub(1, std::memory_order_relaxed);
   telemetry_event(FWT_EV_THREAD_EXIT, lab->id, 0, 0);
   lab_put(lab);
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  tls_lab = &g_lab_dead;
+  lab_set_current(&g_lab_dead);
 }
 
 // A span for class c: a reusable one first (Hoard: refill partly-empty spans

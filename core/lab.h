@@ -11,8 +11,8 @@
 //   - transient: taken from the idle stack for one operation by a call that
 //     cannot use its thread's LAB (see below), then returned with its hot spans.
 //
-// Reentrancy (async-signal safety). The thread's current LAB is tls_lab. Every
-// malloc/free sets tls_lab to the BUSY placeholder while it works on the LAB
+// Reentrancy (async-signal safety). The thread's current LAB is lab_current(). Every
+// malloc/free sets it to the BUSY placeholder while it works on the LAB
 // and puts it back when done. A signal handler that interrupts it and calls
 // malloc/free finds BUSY, whose lists are empty, so it falls into the slow
 // path, which serves it from a transient LAB: the interrupted LAB is never
@@ -37,6 +37,7 @@
 #include "core/config.h"
 #include "core/size_class.h"
 #include "core/span.h"
+#include "platform/thread_slot.h"
 
 namespace fw {
 
@@ -68,9 +69,13 @@ FW_INLINE bool is_placeholder(const Lab* lab) {
   return lab == &g_lab_empty || lab == &g_lab_busy || lab == &g_lab_dead;
 }
 
-// The calling thread's LAB (or a placeholder). Initial-exec TLS: one
-// fs-relative load, no initialisation check.
-extern __thread Lab* tls_lab __attribute__((tls_model("initial-exec")));
+// The calling thread's LAB (or a placeholder), in the platform's thread slot
+// (platform/thread_slot.h): one load or store with no call and no
+// initialisation check (Linux: %fs-relative; Windows: four instructions
+// through the TEB). Every thread starts with EMPTY.
+using LabSlot = os::ThreadSlot<&g_lab_empty>;
+FW_INLINE Lab* lab_current() { return LabSlot::get(); }
+FW_INLINE void lab_set_current(Lab* lab) { LabSlot::set(lab); }
 
 // Adds one to a counter that only the LAB's holder writes and others read with
 // relaxed loads. On x86-64 one `add` to memory (an aligned 8-byte store is

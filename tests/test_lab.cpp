@@ -15,16 +15,16 @@ using namespace fw;
 
 TEST_CASE("a thread's first call binds a LAB through the EMPTY placeholder") {
   std::thread([] {
-    CHECK(tls_lab == &g_lab_empty);
+    CHECK(lab_current() == &g_lab_empty);
     void* p = fw_malloc(40);
     REQUIRE(p != nullptr);
-    Lab* lab = tls_lab;
+    Lab* lab = lab_current();
     CHECK(lab != &g_lab_empty);
     CHECK(lab != &g_lab_busy);
     CHECK(lab->kind.load() == kLabThread);
     CHECK(span_of(p)->owner.load() == lab);
     fw_free(p);
-    CHECK(tls_lab == lab);  // later calls keep it
+    CHECK(lab_current() == lab);  // later calls keep it
   }).join();
 }
 
@@ -38,19 +38,19 @@ TEST_CASE("a block freed by its owner is the next one handed out") {
 
 TEST_CASE("a call made while the thread is inside malloc is served by a transient LAB") {
   void* warm = fw_malloc(64);  // bind this thread's LAB
-  Lab* mine = tls_lab;
-  // Pretend a signal handler runs in the middle of malloc: tls_lab is BUSY.
-  tls_lab = &g_lab_busy;
+  Lab* mine = lab_current();
+  // Pretend a signal handler runs in the middle of malloc: lab_current() is BUSY.
+  lab_set_current(&g_lab_busy);
   void* p = fw_malloc(64);
   REQUIRE(p != nullptr);
-  CHECK(tls_lab == &g_lab_busy);  // restored to what the interrupted call had
+  CHECK(lab_current() == &g_lab_busy);  // restored to what the interrupted call had
   Lab* owner = span_of(p)->owner.load();
   CHECK(owner != mine);           // the interrupted LAB was not touched
   CHECK(owner->kind.load() != kLabThread);
   fw_free(p);                     // a free while BUSY works too
   fw_free(warm);                  // and so does freeing a block of the interrupted LAB
-  CHECK(tls_lab == &g_lab_busy);
-  tls_lab = mine;
+  CHECK(lab_current() == &g_lab_busy);
+  lab_set_current(mine);
   CHECK(fw_check_heap() == 0);
 }
 
@@ -86,11 +86,11 @@ TEST_CASE("a thread's LAB goes back to the idle stack at exit and is reused by t
   Lab* second = nullptr;
   std::thread([&] {
     fw_free(fw_malloc(10));
-    first = tls_lab;
+    first = lab_current();
   }).join();
   std::thread([&] {
     fw_free(fw_malloc(10));
-    second = tls_lab;
+    second = lab_current();
   }).join();
   CHECK(first == second);
   fw_stats_t s;
@@ -109,14 +109,14 @@ TEST_CASE("frees into a span the thread let float are batched and reach the span
     for (void* p : v) (span_of(p) == first ? mine : others).push_back(p);
     for (void* p : mine) fw_free(p);
     // Every block of `first` is free, but the frees wait in the LAB's pending chain.
-    CHECK(tls_lab->pending_span == first);
-    CHECK(tls_lab->pending_count == mine.size());
+    CHECK(lab_current()->pending_span == first);
+    CHECK(lab_current()->pending_count == mine.size());
     CHECK(Anchor::unpack(first->anchor.load()).state == kFull);
     CHECK(fw_check_heap() == 0);  // the block equation counts pending blocks as free
     // A free into another floated span flushes the chain: `first` is empty, so it is FREE.
     void* other = nullptr;
     for (void* p : others)
-      if (span_of(p)->owner.load() != tls_lab) other = p;
+      if (span_of(p)->owner.load() != lab_current()) other = p;
     REQUIRE(other != nullptr);
     fw_free(other);
     CHECK(Anchor::unpack(first->anchor.load()).state == kFree);
