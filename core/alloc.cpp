@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "core/foreign.h"
 #include "core/free.h"
 #include "core/large.h"
 #include "core/report.h"
@@ -21,7 +22,7 @@ FW_COLD void out_of_memory(size_t n) {
 
 FW_INLINE void leave(Lab* lab) {
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  tls_lab = lab;
+  lab_set_current(lab);
 }
 
 // One allocation from a transient LAB, for a call that cannot use its thread's
@@ -95,7 +96,10 @@ void* fw_alloc_aligned(size_t align, size_t n) {
 
 size_t fw_usable(const void* p) {
   Span* d = span_of(p);
-  if (d == nullptr) return 0;
+  if (d == nullptr) {
+    const ForeignHeap* other = foreign_owner(p);
+    return other != nullptr ? other->usable_size(p) : 0;
+  }
   uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
   if (state == kHot || state == kFull || state == kPartial) return d->block_size.load(std::memory_order_relaxed);
   return large_usable_size(p, d);
@@ -108,7 +112,17 @@ void* fw_realloc_impl(void* p, size_t n) {
     return nullptr;
   }
   Span* d = span_of(p);
-  if (d == nullptr) report_misuse("realloc of a pointer freeway did not allocate:", p);
+  if (d == nullptr) {
+    // A block of the heap freeway replaced (foreign.h) moves into freeway.
+    const ForeignHeap* other = foreign_owner(p);
+    if (other == nullptr) report_misuse("realloc of a pointer freeway did not allocate:", p);
+    size_t had = other->usable_size(p);
+    void* q = alloc_small(n);
+    if (q == nullptr) return nullptr;  // errno set; the old block is intact
+    std::memcpy(q, p, had < n ? had : n);
+    other->free(p);
+    return q;
+  }
   uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
   size_t old;
   if (state == kHot || state == kFull || state == kPartial) {

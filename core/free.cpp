@@ -1,6 +1,7 @@
 // core/free.cpp: free's slow path: blocks of other spans, large blocks, bad pointers.
 #include "core/free.h"
 
+#include "core/foreign.h"
 #include "core/large.h"
 #include "core/report.h"
 #include "core/secure.h"
@@ -23,10 +24,17 @@ void free_slow_sized(Lab* lab, void* p, Span* d, size_t n, bool aligned) {
 void free_slow(Lab* lab, void* p, Span* d) {
   if (p == nullptr) {
     std::atomic_signal_fence(std::memory_order_seq_cst);
-    tls_lab = lab;
+    lab_set_current(lab);
     return;
   }
-  if (d == nullptr) report_misuse("free of a pointer freeway did not allocate:", p);
+  if (d == nullptr) {
+    const ForeignHeap* other = foreign_owner(p);
+    if (other == nullptr) report_misuse("free of a pointer freeway did not allocate:", p);
+    other->free(p);  // a block of the heap freeway replaced (foreign.h)
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    lab_set_current(lab);
+    return;
+  }
   Lab* mine = lab;
   if (lab == &g_lab_empty) {
     Lab* bound = lab_bind_thread();
@@ -57,7 +65,7 @@ void free_slow(Lab* lab, void* p, Span* d) {
     report_misuse("double free (or free of memory not in use):", p);
   }
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  tls_lab = mine;
+  lab_set_current(mine);
 }
 
 }  // namespace fw
