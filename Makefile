@@ -16,8 +16,11 @@ PKGS_DEMO  := $(PKGS_BUILD) $(PKGS_GL)
 PKGS_TEST  := $(PKGS_BUILD) $(PKGS_GL) doctest-dev libmimalloc-dev python3 coreutils xvfb xauth
 PKGS_BENCH := $(PKGS_BUILD) python3 python3-matplotlib libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 time
 PKGS_SAN   := $(PKGS_TEST) clang libclang-rt-14-dev
+# Windows: cross-built with mingw-w64, tested under wine (cmake/mingw-w64-x86_64.cmake).
+PKGS_WIN   := cmake make gcc-mingw-w64-x86-64 g++-mingw-w64-x86-64 wine64 doctest-dev
+BUILD_WIN  ?= build-windows
 
-.PHONY: all build test demo install bench bench-quick test-sanitize soak fuzz clean deps-build deps-demo deps-test deps-bench deps-san
+.PHONY: all build test demo install bench bench-quick test-sanitize soak fuzz clean windows test-windows deps-build deps-demo deps-test deps-bench deps-san deps-win
 
 all: build
 
@@ -27,6 +30,7 @@ deps-demo:  ; @tools/ensure-packages $(PKGS_DEMO)
 deps-test:  ; @tools/ensure-packages $(PKGS_TEST)
 deps-bench: ; @tools/ensure-packages $(PKGS_BENCH)
 deps-san:   ; @tools/ensure-packages $(PKGS_SAN)
+deps-win:   ; @tools/ensure-packages $(PKGS_WIN)
 
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
@@ -54,6 +58,15 @@ bench: deps-bench build
 bench-quick: deps-bench build
 	bench/run --quick
 
+# Windows x86-64: libfreeway.a and the test programs, cross-built.
+windows: deps-win
+	cmake -S . -B $(BUILD_WIN) -DCMAKE_TOOLCHAIN_FILE=cmake/mingw-w64-x86_64.cmake -DCMAKE_BUILD_TYPE=Release -DFREEWAY_TESTS=ON
+	cmake --build $(BUILD_WIN) -j $(JOBS)
+
+# The Windows test suite, run under wine by ctest.
+test-windows: windows
+	cd $(BUILD_WIN) && ctest --output-on-failure -j $(JOBS) --timeout 300
+
 test-sanitize: deps-san
 	tools/sanitize-tests
 
@@ -67,4 +80,4 @@ fuzz: deps-san
 	FUZZ_SECONDS=$(FUZZ_SECONDS) tools/fuzz
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan
+	rm -rf $(BUILD) $(BUILD_WIN) build-asan build-tsan

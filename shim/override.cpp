@@ -29,3 +29,11 @@ FW_OVERRIDE void cfree(void* p) { fw_free(p); }
 // still brings in this file, and malloc and new never come from two heaps.
 extern "C" __attribute__((visibility("default"))) int freeway_override_anchor;
 int freeway_override_anchor = 1;
+
+#if defined(_WIN32)
+// And a program that links malloc from here also links the CRT's own names
+// and the foreign-heap registration (shim/windows/crt.cpp): without it, blocks
+// the CRT allocated inside itself would reach free() as unknown pointers.
+extern "C" int freeway_crt_anchor;
+__attribute__((used)) static int* const g_pull_crt = &freeway_crt_anchor;
+#endif

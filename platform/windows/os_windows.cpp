@@ -1,0 +1,365 @@
+// platform/windows/os_windows.cpp: the platform contract (platform/os.h) on
+// Windows x86-64, with VirtualAlloc. See docs/porting.md.
+//
+// Windows differs from POSIX where the core can notice:
+//  - memory is reserved, then committed: reserve is PAGE_NOACCESS address space,
+//    commit charges the commit limit, decommit (MEM_DECOMMIT) gives pages back
+//    and reads as zero once committed again; features().commit_is_noop is false
+//    so the core commits exactly what it uses;
+//  - a reservation is released whole (VirtualFree MEM_RELEASE takes only the
+//    base it was made at), and the allocation granularity is 64 KiB: the core
+//    never releases part of a reservation (os.h);
+//  - thread exit runs through a fiber-local-storage callback (FlsAlloc), which
+//    runs before the thread's TLS is torn down;
+//  - there is no fork and there are no asynchronous signals.
+// Every function keeps os.h's rules: no malloc, no lock the allocator needs.
+#include "platform/os.h"
+
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
+#include <windows.h>
+#include <bcrypt.h>
+#include <io.h>
+#include <psapi.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace fw::os {
+namespace {
+
+constexpr Features kFeatures = {
+    .commit_is_noop = false,
+    .decommit_zeroes = true,
+    .has_cpu_id = true,
+};
+
+// The FLS index + 1 of the thread-exit callback; 0 until created.
+std::atomic<DWORD> g_fls{0};
+
+// GetLastError is the program's, not ours: a malloc that succeeds must leave it
+// as it was (the CRT's malloc does), so calls that may set it restore it.
+struct KeepLastError {
+  DWORD saved = GetLastError();
+  ~KeepLastError() { SetLastError(saved); }
+};
+
+}  // namespace
+
+const Features& features() { return kFeatures; }
+
+size_t page_size() {
+  static std::atomic<size_t> cached{0};
+  size_t p = cached.load(std::memory_order_relaxed);
+  if (p == 0) {
+    SYSTEM_INFO si;
+    GetSystemInfo(&si);
+    p = si.dwPageSize ? size_t(si.dwPageSize) : 4096;
+    cached.store(p, std::memory_order_relaxed);
+  }
+  return p;
+}
+
+size_t cpu_count() {
+  DWORD n = GetActiveProcessorCount(ALL_PROCESSOR_GROUPS);
+  return n > 0 ? size_t(n) : 1;
+}
+
+// Aligned reservations without partial release: reserve exactly `size` and
+// keep it if the OS happened to align it; otherwise reserve size + align to
+// find an aligned hole, release that whole, and reserve exactly the aligned
+// part of it. Another thread may take the hole in between, so this retries.
+void* reserve_aligned(size_t size, size_t align) {
+  KeepLastError keep;
+  void* p = VirtualAlloc(nullptr, size, MEM_RESERVE, PAGE_NOACCESS);
+  if (p == nullptr) return nullptr;
+  if ((reinterpret_cast<uintptr_t>(p) & (align - 1)) == 0) return p;
+  VirtualFree(p, 0, MEM_RELEASE);
+  if (size + align < size) return nullptr;
+  for (int attempt = 0; attempt < 16; attempt++) {
+    void* hole = VirtualAlloc(nullptr, size + align, MEM_RESERVE, PAGE_NOACCESS);
+    if (hole == nullptr) return nullptr;
+    uintptr_t a = (reinterpret_cast<uintptr_t>(hole) + align - 1) & ~(uintptr_t(align) - 1);
+    VirtualFree(hole, 0, MEM_RELEASE);
+    p = VirtualAlloc(reinterpret_cast<void*>(a), size, MEM_RESERVE, PAGE_NOACCESS);
+    if (p != nullptr) return p;
+  }
+  return nullptr;
+}
+
+void release(void* p, size_t) {
+  KeepLastError keep;
+  VirtualFree(p, 0, MEM_RELEASE);
+}
+
+bool commit(void* p, size_t size) {
+  KeepLastError keep;
+  return VirtualAlloc(p, size, MEM_COMMIT, PAGE_READWRITE) != nullptr;
+}
+
+bool decommit(void* p, size_t size) {
+  KeepLastError keep;
+  return VirtualFree(p, size, MEM_DECOMMIT) != 0;
+}
+
+bool protect(void* p, size_t size, bool accessible) {
+  KeepLastError keep;
+  DWORD old;
+  return VirtualProtect(p, size, accessible ? PAGE_READWRITE : PAGE_NOACCESS, &old) != 0;
+}
+
+void* alloc_metadata(size_t size) {
+  KeepLastError keep;
+  return VirtualAlloc(nullptr, size, MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);  // zeroed
+}
+
+unsigned cpu_id() { return unsigned(GetCurrentProcessorNumber()); }
+
+uint64_t random_u64() {
+  KeepLastError keep;
+  uint64_t v = 0;
+  if (BCryptGenRandom(nullptr, reinterpret_cast<PUCHAR>(&v), sizeof v, BCRYPT_USE_SYSTEM_PREFERRED_RNG) >= 0)
+    return v;
+  LARGE_INTEGER t;
+  QueryPerformanceCounter(&t);
+  uint64_t x = uint64_t(t.QuadPart) ^ reinterpret_cast<uintptr_t>(&v) ^ (uint64_t(GetCurrentThreadId()) << 32);
+  x ^= x >> 33;  // a mix of the clock and addresses (weak; BCrypt failed)
+  x *= 0xff51afd7ed558ccdull;
+  return x ^ (x >> 33);
+}
+
+uint64_t now_ns() {
+  static std::atomic<int64_t> freq{0};
+  int64_t f = freq.load(std::memory_order_relaxed);
+  if (f == 0) {
+    LARGE_INTEGER q;
+    QueryPerformanceFrequency(&q);
+    f = q.QuadPart > 0 ? q.QuadPart : 1;
+    freq.store(f, std::memory_order_relaxed);
+  }
+  LARGE_INTEGER t;
+  QueryPerformanceCounter(&t);
+  uint64_t c = uint64_t(t.QuadPart), uf = uint64_t(f);
+  return c / uf * 1000000000ull + c % uf * 1000000000ull / uf;  // no overflow for centuries
+}
+
+// FLS callbacks run when a thread exits (and when the index is freed), with
+// the thread's value, before its TLS goes away: the core releases the LAB.
+bool thread_exit_init(void (*fn)(void*)) {
+  if (g_fls.load(std::memory_order_acquire) != 0) return true;
+  KeepLastError keep;
+  DWORD i = FlsAlloc(reinterpret_cast<PFLS_CALLBACK_FUNCTION>(fn));
+  if (i == FLS_OUT_OF_INDEXES) return g_fls.load(std::memory_order_acquire) != 0;
+  DWORD expected = 0;
+  if (!g_fls.compare_exchange_strong(expected, i + 1, std::memory_order_acq_rel, std::memory_order_acquire))
+    FlsFree(i);  // another thread won; it holds the same callback
+  return true;
+}
+
+bool thread_exit_register(void* arg) {
+  DWORD i = g_fls.load(std::memory_order_acquire);
+  if (i == 0) return false;
+  KeepLastError keep;
+  return FlsSetValue(i - 1, arg) != 0;
+}
+
+void* thread_exit_registered() {
+  DWORD i = g_fls.load(std::memory_order_acquire);
+  if (i == 0) return nullptr;
+  KeepLastError keep;
+  return FlsGetValue(i - 1);
+}
+
+void write_stderr(const char* s, size_t n) { write_fd(2, s, n); }
+
+void write_fd(int fd, const char* s, size_t n) {
+  KeepLastError keep;
+  HANDLE h = fd == 1 ? GetStdHandle(STD_OUTPUT_HANDLE)
+           : fd == 2 ? GetStdHandle(STD_ERROR_HANDLE)
+                     : reinterpret_cast<HANDLE>(_get_osfhandle(fd));
+  if (h == nullptr || h == INVALID_HANDLE_VALUE) return;
+  while (n > 0) {
+    DWORD wrote = 0;
+    if (!WriteFile(h, s, n > 0x40000000 ? 0x40000000 : DWORD(n), &wrote, nullptr) || wrote == 0) return;
+    s += wrote;
+    n -= wrote;
+  }
+}
+
+[[noreturn]] void abort_process() {
+  // What the Windows heap does on corruption: a fail-fast exception that no
+  // handler can swallow (STATUS_STACK_BUFFER_OVERRUN, code 7 = heap metadata).
+#if defined(_MSC_VER) && !defined(__clang__)
+  __fastfail(7);
+#else
+  asm volatile("int $0x29" : : "c"(7) : "memory");  // __fastfail(7), which mingw lacks
+#endif
+  TerminateProcess(GetCurrentProcess(), 3);  // if fail-fast is not available
+  for (;;) {
+  }
+}
+
+// GetEnvironmentVariableW reads the process's environment block without the
+// CRT (whose getenv may allocate a converted copy). The value is kept in one
+// of a ring of buffers; the caller (options.cpp) reads it at once.
+const char* getenv(const char* name) {
+  static char values[16][512];
+  static std::atomic<unsigned> next{0};
+  KeepLastError keep;
+  wchar_t wname[128], wvalue[512];
+  size_t n = 0;
+  for (; name[n] != 0; n++) {
+    if (n + 1 >= sizeof wname / sizeof wname[0]) return nullptr;
+    wname[n] = wchar_t(static_cast<unsigned char>(name[n]));
+  }
+  wname[n] = 0;
+  DWORD len = GetEnvironmentVariableW(wname, wvalue, DWORD(sizeof wvalue / sizeof wvalue[0]));
+  if (len == 0 || len >= sizeof wvalue / sizeof wvalue[0]) return nullptr;  // unset, or too long for an option
+  char* out = values[next.fetch_add(1, std::memory_order_relaxed) % 16];
+  for (DWORD i = 0; i <= len; i++) out[i] = wvalue[i] < 128 ? char(wvalue[i]) : '?';
+  return out;
+}
+
+void set_errno_nomem() { errno = ENOMEM; }
+void set_errno_inval() { errno = EINVAL; }
+
+// --- Telemetry -------------------------------------------------------------
+// A named, pagefile-backed section `Local\<name>` (this session's namespace).
+// Its default DACL (the process token's) lets only this user, SYSTEM and
+// administrators open it. The name lives as long as a handle is open: the
+// writer keeps one until shared_unlink.
+namespace {
+HANDLE g_section = nullptr;
+}
+
+void* shared_create(const char* name, size_t size, const char** why) {
+  KeepLastError keep;
+  wchar_t wname[128] = L"Local\\";
+  size_t n = 6;
+  for (const char* p = name; *p != 0; p++) {
+    if (n + 1 >= sizeof wname / sizeof wname[0]) {
+      *why = "segment name too long";
+      return nullptr;
+    }
+    wname[n++] = wchar_t(static_cast<unsigned char>(*p));
+  }
+  wname[n] = 0;
+  HANDLE h = CreateFileMappingW(INVALID_HANDLE_VALUE, nullptr, PAGE_READWRITE, DWORD(uint64_t(size) >> 32),
+                                DWORD(size), wname);
+  if (h == nullptr) {
+    *why = "CreateFileMapping failed";
+    return nullptr;
+  }
+  if (GetLastError() == ERROR_ALREADY_EXISTS) {  // never write into someone else's section
+    CloseHandle(h);
+    *why = "a section of that name exists already";
+    return nullptr;
+  }
+  void* p = MapViewOfFile(h, FILE_MAP_READ | FILE_MAP_WRITE, 0, 0, size);
+  if (p == nullptr) {
+    CloseHandle(h);
+    *why = "MapViewOfFile failed";
+    return nullptr;
+  }
+  g_section = h;
+  return p;
+}
+
+void shared_unlink(const char*) {
+  if (g_section != nullptr) {
+    KeepLastError keep;
+    CloseHandle(g_section);  // the view stays valid; readers keep their own handles
+    g_section = nullptr;
+  }
+}
+
+// A view of a section cannot give its pages back while mapped: zero them, so
+// that readers that still hold it see an empty segment (os.h's contract).
+void shared_discard(void* p, size_t size) { std::memset(p, 0, size); }
+
+void shared_detach(void*, size_t) {}  // no fork on Windows
+
+namespace {
+struct ThreadStart {
+  void (*fn)(void*);
+  void* arg;
+};
+DWORD WINAPI thread_trampoline(void* raw) {
+  ThreadStart* t = static_cast<ThreadStart*>(raw);
+  void (*fn)(void*) = t->fn;
+  void* arg = t->arg;
+  VirtualFree(t, 0, MEM_RELEASE);
+  fn(arg);
+  return 0;
+}
+}  // namespace
+
+bool thread_start(void (*fn)(void*), void* arg, uintptr_t* handle) {
+  KeepLastError keep;
+  auto* t = static_cast<ThreadStart*>(alloc_metadata(sizeof(ThreadStart)));
+  if (t == nullptr) return false;
+  t->fn = fn;
+  t->arg = arg;
+  HANDLE h = CreateThread(nullptr, 0, &thread_trampoline, t, 0, nullptr);
+  if (h == nullptr) {
+    VirtualFree(t, 0, MEM_RELEASE);
+    return false;
+  }
+  *handle = reinterpret_cast<uintptr_t>(h);
+  return true;
+}
+
+void thread_join(uintptr_t handle) {
+  KeepLastError keep;
+  HANDLE h = reinterpret_cast<HANDLE>(handle);
+  WaitForSingleObject(h, INFINITE);
+  CloseHandle(h);
+}
+
+uintptr_t thread_self() { return uintptr_t(GetCurrentThreadId()); }
+
+void sleep_ns(uint64_t ns) { Sleep(DWORD((ns + 999999) / 1000000)); }
+
+uint64_t process_id() { return uint64_t(GetCurrentProcessId()); }
+
+uint64_t resident_bytes() {
+  KeepLastError keep;
+  PROCESS_MEMORY_COUNTERS c;
+  if (!K32GetProcessMemoryInfo(GetCurrentProcess(), &c, sizeof c)) return 0;
+  return uint64_t(c.WorkingSetSize);
+}
+
+// The creation time (100 ns units since 1601): with the pid, names one process.
+uint64_t process_start_ticks() {
+  KeepLastError keep;
+  FILETIME created, exited, kernel, user;
+  if (!GetProcessTimes(GetCurrentProcess(), &created, &exited, &kernel, &user)) return 0;
+  return (uint64_t(created.dwHighDateTime) << 32) | created.dwLowDateTime;
+}
+
+void program_name(char* buf, size_t size) {
+  if (size == 0) return;
+  buf[0] = 0;
+  KeepLastError keep;
+  wchar_t path[MAX_PATH];
+  DWORD n = GetModuleFileNameW(nullptr, path, MAX_PATH);
+  if (n == 0 || n >= MAX_PATH) return;
+  DWORD start = 0;
+  for (DWORD i = 0; i < n; i++)
+    if (path[i] == L'\\' || path[i] == L'/') start = i + 1;
+  size_t o = 0;
+  for (DWORD i = start; i < n && o + 1 < size; i++) buf[o++] = path[i] < 128 ? char(path[i]) : '?';
+  buf[o] = 0;
+}
+
+bool at_fork_child(void (*)()) { return true; }  // no fork: nothing to run
+
+bool at_exit(void (*fn)()) { return std::atexit(fn) == 0; }
+
+}  // namespace fw::os

@@ -1,0 +1,216 @@
+// shim/windows/crt.cpp: the Microsoft C runtime's own allocation names, and its
+// heap registered as foreign (core/foreign.h).
+//
+// Linked statically (libfreeway.a), these definitions replace the CRT's in the
+// program: malloc/free/calloc/realloc come from shim/override.cpp, and this
+// file adds _msize, _expand, _recalloc and the _aligned_* family. The CRT's
+// headers declare most of them __declspec(dllimport), so calls compile to an
+// indirect call through `__imp_<name>`; each name therefore also gets its
+// `__imp_` pointer here, and the import library's entry for it is never
+// pulled into the link.
+//
+// The CRT still allocates inside itself from its own heap (_strdup, _getcwd,
+// _fullpath, stdio buffers, the argv it builds before main). Those blocks reach
+// freeway's free, realloc and _msize from the program; no freeway region holds
+// them, so the core offers them to the foreign heap registered here, which
+// checks them with HeapValidate on the CRT's heap and hands them to the CRT's
+// own free, _msize and realloc (found with GetProcAddress in the CRT module).
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#include <windows.h>
+
+#include "core/foreign.h"
+#include "freeway.h"
+
+namespace {
+
+using FreeFn = void(__cdecl*)(void*);
+using MsizeFn = size_t(__cdecl*)(void*);
+using ExpandFn = void*(__cdecl*)(void*, size_t);
+using AlignedFreeFn = void(__cdecl*)(void*);
+using AlignedMsizeFn = size_t(__cdecl*)(void*, size_t, size_t);
+using HeapHandleFn = intptr_t(__cdecl*)();
+
+// The CRT module the program uses, and its functions; resolved once, before
+// freeway can see a block of the CRT's (crt_init runs from a constructor, and
+// again, harmlessly, from any foreign path that finds it not done).
+struct Crt {
+  HMODULE module;
+  HANDLE heap;
+  FreeFn free;
+  MsizeFn msize;
+  ExpandFn expand;
+  AlignedFreeFn aligned_free;
+  AlignedMsizeFn aligned_msize;
+};
+Crt g_crt;
+
+template <class F>
+F proc(HMODULE m, const char* name) {
+  return reinterpret_cast<F>(reinterpret_cast<void*>(GetProcAddress(m, name)));
+}
+
+bool crt_init() {
+  if (g_crt.free != nullptr) return true;
+  DWORD saved = GetLastError();
+  HMODULE m = GetModuleHandleW(L"msvcrt.dll");
+  if (m == nullptr) m = GetModuleHandleW(L"ucrtbase.dll");
+  if (m != nullptr) {
+    auto heap_handle = proc<HeapHandleFn>(m, "_get_heap_handle");
+    g_crt.heap = heap_handle != nullptr ? reinterpret_cast<HANDLE>(heap_handle()) : GetProcessHeap();
+    g_crt.msize = proc<MsizeFn>(m, "_msize");
+    g_crt.expand = proc<ExpandFn>(m, "_expand");
+    g_crt.aligned_free = proc<AlignedFreeFn>(m, "_aligned_free");
+    g_crt.aligned_msize = proc<AlignedMsizeFn>(m, "_aligned_msize");
+    g_crt.module = m;
+    g_crt.free = proc<FreeFn>(m, "free");
+  }
+  SetLastError(saved);
+  return g_crt.free != nullptr;
+}
+
+// HeapValidate with a block address checks that one block and is safe on any
+// pointer (it returns FALSE for one the heap does not hold).
+bool crt_owns(const void* p) {
+  return crt_init() && g_crt.heap != nullptr && g_crt.msize != nullptr &&
+         HeapValidate(g_crt.heap, 0, p) != 0;
+}
+void crt_free(void* p) { g_crt.free(p); }
+size_t crt_usable(const void* p) { return g_crt.msize(const_cast<void*>(p)); }
+
+constexpr fw::ForeignHeap kCrtHeap = {&crt_owns, &crt_free, &crt_usable};
+
+__attribute__((constructor(101))) void register_crt_heap() {
+  crt_init();
+  fw::foreign_register(&kCrtHeap);
+}
+
+bool pow2(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
+
+}  // namespace
+
+extern "C" {
+
+int freeway_crt_anchor = 1;  // referenced by override.cpp: see there
+
+size_t __cdecl _msize(void* p) {
+  if (p == nullptr) {
+    errno = EINVAL;
+    return size_t(-1);
+  }
+  return fw_usable_size(p);  // a CRT block: its own _msize (core/foreign.h)
+}
+
+// Resizes in place or fails: freeway blocks keep their size class, so a block
+// can only "grow" within what it holds already.
+void* __cdecl _expand(void* p, size_t n) {
+  if (p == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (!fw_owns(p)) {
+    if (crt_owns(p) && g_crt.expand != nullptr) return g_crt.expand(p, n);
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (n <= fw_usable_size(p)) return p;
+  errno = ENOMEM;
+  return nullptr;
+}
+
+// realloc, then the bytes past the old block are zeroed (as the CRT's _recalloc).
+void* __cdecl _recalloc(void* p, size_t count, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(count, size, &total)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  size_t old = p != nullptr ? fw_usable_size(p) : 0;
+  void* q = fw_realloc(p, total);
+  if (q != nullptr && total > old) std::memset(static_cast<char*>(q) + old, 0, total - old);
+  return q;
+}
+
+void* __cdecl _aligned_malloc(size_t size, size_t alignment) {
+  if (!pow2(alignment)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return fw_malloc_aligned(alignment < 16 ? 16 : alignment, size == 0 ? 1 : size);
+}
+
+void __cdecl _aligned_free(void* p) {
+  if (p == nullptr) return;
+  if (!fw_owns(p) && crt_init() && g_crt.aligned_free != nullptr) {
+    g_crt.aligned_free(p);  // made by the CRT's _aligned_malloc (its own header)
+    return;
+  }
+  fw_free(p);
+}
+
+size_t __cdecl _aligned_msize(void* p, size_t alignment, size_t offset) {
+  if (p == nullptr || !pow2(alignment)) {
+    errno = EINVAL;
+    return size_t(-1);
+  }
+  if (!fw_owns(p) && crt_init() && g_crt.aligned_msize != nullptr) return g_crt.aligned_msize(p, alignment, offset);
+  return fw_usable_size(p);
+}
+
+void* __cdecl _aligned_realloc(void* p, size_t size, size_t alignment) {
+  if (!pow2(alignment)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (p == nullptr) return _aligned_malloc(size, alignment);
+  if (size == 0) {
+    _aligned_free(p);
+    return nullptr;
+  }
+  bool ours = fw_owns(p) != 0;
+  size_t old = ours ? fw_usable_size(p) : _aligned_msize(p, alignment, 0);
+  // Kept in place when aligned as asked and big enough, but not twice too big.
+  if (ours && (reinterpret_cast<uintptr_t>(p) & (alignment - 1)) == 0 && size <= old && size > old / 2) return p;
+  void* q = _aligned_malloc(size, alignment);
+  if (q == nullptr) return nullptr;  // the old block is intact
+  std::memcpy(q, p, old < size ? old : size);
+  _aligned_free(p);
+  return q;
+}
+
+void* __cdecl _aligned_recalloc(void* p, size_t count, size_t size, size_t alignment) {
+  size_t total;
+  if (__builtin_mul_overflow(count, size, &total)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  size_t old = p != nullptr ? _aligned_msize(p, alignment, 0) : 0;
+  void* q = _aligned_realloc(p, total, alignment);
+  if (q != nullptr && total > old) std::memset(static_cast<char*>(q) + old, 0, total - old);
+  return q;
+}
+
+// The import-table pointers of the names the CRT headers declare dllimport,
+// and of the four the program reaches by a plain call (for code compiled
+// against dllimport declarations, such as MSVC's).
+#define FW_IMP(name) __attribute__((used)) void* __imp_##name = reinterpret_cast<void*>(&name)
+FW_IMP(_msize);
+FW_IMP(_expand);
+FW_IMP(_recalloc);
+FW_IMP(_aligned_malloc);
+FW_IMP(_aligned_free);
+FW_IMP(_aligned_msize);
+FW_IMP(_aligned_realloc);
+FW_IMP(_aligned_recalloc);
+FW_IMP(malloc);
+FW_IMP(free);
+FW_IMP(calloc);
+FW_IMP(realloc);
+
+}  // extern "C"

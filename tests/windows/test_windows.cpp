@@ -1,0 +1,421 @@
+// tests/windows/test_windows.cpp: freeway on Windows, run under wine by
+// `make test-windows` (one ctest entry per test case).
+//
+// The program links libfreeway.a, so this file is also the static-link test:
+// malloc, the CRT's own names and operator new in it are freeway's, while the
+// CRT (msvcrt.dll) still allocates inside itself from its own heap.
+// Mode "--child <what>" runs one misuse in a child process (see run_child).
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <windows.h>
+#include <direct.h>
+#include <malloc.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "freeway.h"
+#include "platform/os.h"
+
+// msvcrt exports it; mingw's headers declare it only for newer CRT versions.
+extern "C" size_t __cdecl _aligned_msize(void* p, size_t alignment, size_t offset);
+
+namespace {
+
+struct Rng {  // xorshift64: deterministic per seed
+  uint64_t s;
+  uint64_t next() {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+  }
+};
+
+bool aligned_to(const void* p, size_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
+
+template <class F>
+HANDLE start_thread(F* f) {
+  return CreateThread(nullptr, 0, [](void* a) -> DWORD { (*static_cast<F*>(a))(); return 0; }, f, 0, nullptr);
+}
+
+uint64_t threads_live() {
+  static fw_stats_t st;  // large: not on a thread's stack
+  fw_stats(&st);
+  return st.threads_live;
+}
+
+// Runs this program again with "--child what", returns its exit code and stderr.
+DWORD run_child(const char* what, std::string* err) {
+  wchar_t self[MAX_PATH];
+  GetModuleFileNameW(nullptr, self, MAX_PATH);
+  std::wstring cmd = L"\"" + std::wstring(self) + L"\" --child ";
+  for (const char* c = what; *c; c++) cmd += wchar_t(*c);
+  SECURITY_ATTRIBUTES sa{sizeof sa, nullptr, TRUE};
+  HANDLE rd, wr;
+  CreatePipe(&rd, &wr, &sa, 0);
+  SetHandleInformation(rd, HANDLE_FLAG_INHERIT, 0);
+  STARTUPINFOW si{};
+  si.cb = sizeof si;
+  si.dwFlags = STARTF_USESTDHANDLES;
+  si.hStdError = wr;
+  si.hStdOutput = wr;
+  si.hStdInput = GetStdHandle(STD_INPUT_HANDLE);
+  PROCESS_INFORMATION pi{};
+  std::vector<wchar_t> line(cmd.begin(), cmd.end());
+  line.push_back(0);
+  BOOL ok = CreateProcessW(nullptr, line.data(), nullptr, nullptr, TRUE, 0, nullptr, nullptr, &si, &pi);
+  CloseHandle(wr);
+  if (!ok) return DWORD(-1);
+  char buf[4096];
+  DWORD n;
+  while (ReadFile(rd, buf, sizeof buf, &n, nullptr) && n > 0) err->append(buf, n);
+  CloseHandle(rd);
+  WaitForSingleObject(pi.hProcess, 60000);
+  DWORD code = 0;
+  GetExitCodeProcess(pi.hProcess, &code);
+  CloseHandle(pi.hProcess);
+  CloseHandle(pi.hThread);
+  return code;
+}
+
+// The misuses a child commits; each must stop it with freeway's message.
+#pragma GCC diagnostic ignored "-Wfree-nonheap-object"
+#pragma GCC diagnostic ignored "-Walloc-size-larger-than="
+int child(const char* what) {
+  volatile char* p = static_cast<char*>(malloc(48));
+  if (std::strcmp(what, "double-free") == 0) {
+    free(const_cast<char*>(p));
+    free(const_cast<char*>(p));
+  } else if (std::strcmp(what, "invalid-free") == 0) {
+    free(const_cast<char*>(p + 16));
+  } else if (std::strcmp(what, "stack-free") == 0) {
+    char local[64];
+    free(local + *p % 1);
+  } else if (std::strcmp(what, "aligned-double-free") == 0) {
+    void* a = _aligned_malloc(100, 64);
+    _aligned_free(a);
+    _aligned_free(a);
+  } else if (std::strcmp(what, "sized-delete") == 0) {
+    ::operator delete(const_cast<char*>(p), size_t(4096));
+  }
+  return 0;  // not stopped: the parent reports it
+}
+
+}  // namespace
+
+// --- The platform contract (platform/windows/os_windows.cpp) ---------------
+
+TEST_CASE("platform: aligned reservations, commit, decommit reads zero, guard pages") {
+  using namespace fw::os;
+  CHECK(!features().commit_is_noop);
+  CHECK(page_size() == 4096);
+  CHECK(cpu_count() >= 1);
+  for (size_t align : {size_t(64) << 10, size_t(1) << 20, size_t(1) << 30}) {
+    void* r = reserve_aligned(size_t(4) << 20, align);
+    REQUIRE(r != nullptr);
+    CHECK(aligned_to(r, align));
+    REQUIRE(commit(r, 65536));
+    std::memset(r, 0xab, 65536);
+    CHECK(decommit(r, 65536));
+    REQUIRE(commit(r, 65536));
+    CHECK(static_cast<unsigned char*>(r)[100] == 0);  // decommit_zeroes
+    CHECK(protect(static_cast<char*>(r) + 4096, 4096, false));
+    MEMORY_BASIC_INFORMATION mi;
+    VirtualQuery(static_cast<char*>(r) + 4096, &mi, sizeof mi);
+    CHECK(mi.Protect == PAGE_NOACCESS);
+    CHECK(protect(static_cast<char*>(r) + 4096, 4096, true));
+    release(r, size_t(4) << 20);
+    VirtualQuery(r, &mi, sizeof mi);
+    CHECK(mi.State == MEM_FREE);  // released whole
+  }
+}
+
+TEST_CASE("platform: randomness, time, environment, names; GetLastError is kept") {
+  using namespace fw::os;
+  CHECK(random_u64() != random_u64());
+  uint64_t t0 = now_ns();
+  Sleep(20);
+  uint64_t dt = now_ns() - t0;
+  CHECK(dt >= 15'000'000);
+  CHECK(dt < 5'000'000'000ull);
+  SetEnvironmentVariableW(L"FREEWAY_TEST_VALUE", L"12345");
+  REQUIRE(fw::os::getenv("FREEWAY_TEST_VALUE") != nullptr);
+  CHECK(std::strcmp(fw::os::getenv("FREEWAY_TEST_VALUE"), "12345") == 0);
+  CHECK(fw::os::getenv("FREEWAY_TEST_UNSET_NAME") == nullptr);
+  char name[64];
+  program_name(name, sizeof name);
+  CHECK(std::strstr(name, "test_windows") != nullptr);
+  CHECK(process_id() == GetCurrentProcessId());
+  CHECK(resident_bytes() > 0);
+  // A malloc that succeeds leaves the program's last error as it was, even
+  // when it binds a new thread's cache (FLS) or takes memory (VirtualAlloc).
+  struct Probe {
+    DWORD seen = 0;
+    void operator()() {
+      SetLastError(1234);
+      void* p = malloc(3 << 20);
+      void* q = malloc(40);
+      free(q);
+      free(p);
+      seen = GetLastError();
+    }
+  } probe;
+  HANDLE h = start_thread(&probe);
+  WaitForSingleObject(h, INFINITE);
+  CloseHandle(h);
+  CHECK(probe.seen == 1234);
+}
+
+// --- The API with Windows semantics, in a statically linked program --------
+
+TEST_CASE("static link: malloc, calloc, realloc, new and the CRT names are freeway's") {
+  void* p = malloc(100);
+  CHECK(fw_owns(p));
+  CHECK(_msize(p) >= 100);
+  void* q = realloc(p, 5000);
+  CHECK(fw_owns(q));
+  free(q);
+  int* z = static_cast<int*>(calloc(1000, sizeof(int)));
+  CHECK(fw_owns(z));
+  bool zero = true;
+  for (int i = 0; i < 1000; i++) zero &= z[i] == 0;
+  CHECK(zero);
+  free(z);
+  auto* s = new std::string(200, 'x');
+  CHECK(fw_owns(s));
+  CHECK(fw_owns(s->data()));
+  delete s;
+  auto* arr = new double[1000];
+  CHECK(fw_owns(arr));
+  delete[] arr;
+  errno = 0;
+  CHECK(calloc(SIZE_MAX / 2, 4) == nullptr);
+  CHECK(errno == ENOMEM);
+  errno = 0;
+  CHECK(malloc(SIZE_MAX - 4096) == nullptr);
+  CHECK(errno == ENOMEM);
+  CHECK(realloc(malloc(10), 0) == nullptr);  // frees, as the CRT does
+}
+
+TEST_CASE("CRT names: _msize, _expand, _recalloc") {
+  char* p = static_cast<char*>(malloc(100));
+  size_t holds = _msize(p);
+  CHECK(holds >= 100);
+  CHECK(_expand(p, holds) == p);        // within the block: in place
+  errno = 0;
+  CHECK(_expand(p, holds * 64) == nullptr);  // no room: fails, block intact
+  CHECK(errno == ENOMEM);
+  std::memset(p, 0x5a, 100);
+  char* r = static_cast<char*>(_recalloc(p, 10, 100));
+  REQUIRE(r != nullptr);
+  CHECK(fw_owns(r));
+  CHECK(r[99] == 0x5a);
+  bool zero = true;
+  for (size_t i = holds; i < 1000; i++) zero &= r[i] == 0;
+  CHECK(zero);
+  errno = 0;
+  CHECK(_recalloc(r, SIZE_MAX / 2, 4) == nullptr);
+  CHECK(errno == ENOMEM);
+  free(r);
+  errno = 0;
+  CHECK(_msize(nullptr) == size_t(-1));
+  CHECK(errno == EINVAL);
+}
+
+TEST_CASE("CRT names: the _aligned_ family") {
+  for (size_t a : {size_t(1), size_t(8), size_t(16), size_t(64), size_t(4096), size_t(1) << 21}) {
+    void* p = _aligned_malloc(1000, a);
+    REQUIRE(p != nullptr);
+    CHECK(fw_owns(p));
+    CHECK(aligned_to(p, a));
+    CHECK(_aligned_msize(p, a, 0) >= 1000);
+    std::memset(p, 0x11, 1000);
+    void* q = _aligned_realloc(p, 100000, a);
+    REQUIRE(q != nullptr);
+    CHECK(aligned_to(q, a));
+    CHECK(static_cast<unsigned char*>(q)[999] == 0x11);
+    void* r = _aligned_recalloc(q, 2, 100000, a);
+    REQUIRE(r != nullptr);
+    CHECK(static_cast<unsigned char*>(r)[999] == 0x11);
+    CHECK(static_cast<unsigned char*>(r)[150000] == 0);
+    _aligned_free(r);
+  }
+  errno = 0;
+  CHECK(_aligned_malloc(100, 48) == nullptr);  // not a power of two
+  CHECK(errno == EINVAL);
+  _aligned_free(nullptr);
+  CHECK(_aligned_realloc(_aligned_malloc(10, 32), 0, 32) == nullptr);
+}
+
+// --- Blocks the CRT allocated inside itself ----------------------------------
+
+TEST_CASE("foreign blocks: what msvcrt allocates itself goes back to msvcrt") {
+  char* s = _strdup("freeway");
+  REQUIRE(s != nullptr);
+  CHECK(!fw_owns(s));          // msvcrt's _strdup calls its own malloc
+  CHECK(_msize(s) >= 8);       // the CRT's _msize answers
+  char* t = static_cast<char*>(realloc(s, 4000));  // moves into freeway
+  REQUIRE(t != nullptr);
+  CHECK(fw_owns(t));
+  CHECK(std::strcmp(t, "freeway") == 0);
+  free(t);
+  char* cwd = _getcwd(nullptr, 0);
+  REQUIRE(cwd != nullptr);
+  free(cwd);                   // no report: handed to msvcrt's free
+  char* full = _fullpath(nullptr, "x.txt", 0);
+  REQUIRE(full != nullptr);
+  free(full);
+  for (int i = 0; i < 10000; i++) free(_strdup("a string the CRT copies"));
+  FILE* f = std::fopen("freeway-test-file.txt", "w");
+  REQUIRE(f != nullptr);
+  std::fputs("hello", f);
+  std::fclose(f);
+  std::remove("freeway-test-file.txt");
+  CHECK(fw_check_heap() == 0);
+}
+
+// --- Threads ---------------------------------------------------------------
+
+TEST_CASE("threads: stress with cross-thread frees") {
+  constexpr int kThreads = 8, kRounds = 20000;
+  struct Shared {
+    std::atomic<void*> slots[256];
+  } shared{};
+  struct Worker {
+    Shared* sh;
+    uint64_t seed;
+    uint64_t bad = 0;
+    void operator()() {
+      Rng r{seed};
+      for (int i = 0; i < kRounds; i++) {
+        size_t n = r.next() % 2048 + 1;
+        auto* p = static_cast<unsigned char*>(malloc(n));
+        p[0] = static_cast<unsigned char>(n);
+        p[n - 1] = static_cast<unsigned char>(n);
+        // Swap into a shared slot: whatever was there was made by any thread.
+        void* old = sh->slots[r.next() % 256].exchange(p, std::memory_order_acq_rel);
+        if (old != nullptr) {
+          if (!fw_owns(old)) bad++;
+          free(old);
+        }
+      }
+    }
+  };
+  std::vector<Worker> w;
+  for (int i = 0; i < kThreads; i++) w.push_back(Worker{&shared, uint64_t(i) * 7919 + 1});
+  HANDLE h[kThreads];
+  for (int i = 0; i < kThreads; i++) h[i] = start_thread(&w[i]);
+  WaitForMultipleObjects(kThreads, h, TRUE, INFINITE);
+  for (HANDLE x : h) CloseHandle(x);
+  for (auto& s : shared.slots) free(s.exchange(nullptr));
+  for (auto& x : w) CHECK(x.bad == 0);
+  CHECK(fw_check_heap() == 0);
+}
+
+TEST_CASE("threads: churn; each exit releases its cache through FLS") {
+  uint64_t before = threads_live();
+  constexpr int kRounds = 100, kPerRound = 16;
+  std::vector<void*> handed;  // blocks each round leaves for the next to free
+  for (int round = 0; round < kRounds; round++) {
+    struct T {
+      std::vector<void*>* from;
+      void* out[64];
+      void operator()() {
+        for (int i = 0; i < 64; i++) out[i] = malloc(size_t(16) << (i % 10));
+        for (void* p : *from) free(p);
+      }
+    };
+    std::vector<T> ts(kPerRound);
+    std::vector<std::vector<void*>> from(kPerRound);
+    for (size_t i = 0; i < handed.size(); i++) from[i % kPerRound].push_back(handed[i]);
+    HANDLE h[kPerRound];
+    for (int i = 0; i < kPerRound; i++) {
+      ts[i].from = &from[i];
+      h[i] = start_thread(&ts[i]);
+    }
+    WaitForMultipleObjects(kPerRound, h, TRUE, INFINITE);
+    for (HANDLE x : h) CloseHandle(x);
+    handed.clear();
+    for (auto& t : ts) handed.insert(handed.end(), t.out, t.out + 64);
+  }
+  for (void* p : handed) free(p);
+  CHECK(threads_live() == before);  // every exited thread gave its cache back
+  fw_stats_t* st = static_cast<fw_stats_t*>(malloc(sizeof(fw_stats_t)));
+  fw_stats(st);
+  CHECK(st->threads_created >= uint64_t(kRounds) * kPerRound);
+  free(st);
+  CHECK(fw_check_heap() == 0);
+}
+
+TEST_CASE("threads: a thread suspended forever in the middle of malloc blocks no other") {
+  std::atomic<bool> stop{false};
+  struct Busy {
+    std::atomic<bool>* stop;
+    void operator()() {
+      Rng r{42};
+      void* keep[64] = {};
+      while (!stop->load(std::memory_order_relaxed)) {
+        unsigned i = unsigned(r.next() % 64);
+        free(keep[i]);
+        keep[i] = malloc(r.next() % 4096 + 1);
+      }
+    }
+  } busy{&stop};
+  HANDLE victim = start_thread(&busy);
+  Sleep(50);
+  REQUIRE(SuspendThread(victim) != DWORD(-1));  // wherever it is: often inside malloc or free
+  struct Worker {
+    void* out[1000];
+    void operator()() {
+      for (int round = 0; round < 50; round++) {
+        for (auto& p : out) p = malloc(64);
+        for (auto& p : out) free(p);
+      }
+    }
+  };
+  std::vector<Worker> w(4);
+  HANDLE h[4];
+  for (int i = 0; i < 4; i++) h[i] = start_thread(&w[i]);
+  DWORD r = WaitForMultipleObjects(4, h, TRUE, 60000);
+  CHECK(r != WAIT_TIMEOUT);
+  for (HANDLE x : h) CloseHandle(x);
+  // The victim stays suspended for the rest of the program.
+  CloseHandle(victim);
+}
+
+// --- Misuse: a child process must stop with freeway's message ----------------
+
+TEST_CASE("misuse stops the process with a message") {
+  struct Case {
+    const char* what;
+    const char* message;
+  } cases[] = {
+      {"double-free", "freeway: double free"},
+      {"invalid-free", "freeway: "},
+      {"stack-free", "freeway: free of a pointer freeway did not allocate"},
+      {"aligned-double-free", "freeway: double free"},
+      {"sized-delete", "freeway: sized free of 0x"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    std::string err;
+    DWORD code = run_child(c.what, &err);
+    CAPTURE(err);
+    CHECK(code != 0);
+    CHECK(err.find(c.message) != std::string::npos);
+  }
+}
+
+int main(int argc, char** argv) {
+  if (argc == 3 && std::strcmp(argv[1], "--child") == 0) return child(argv[2]);
+  doctest::Context ctx(argc, argv);
+  return ctx.run();
+}
