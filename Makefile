@@ -20,7 +20,7 @@ PKGS_SAN   := $(PKGS_TEST) clang libclang-rt-14-dev
 PKGS_WIN   := cmake make gcc-mingw-w64-x86-64 g++-mingw-w64-x86-64 wine64 doctest-dev
 BUILD_WIN  ?= build-windows
 
-.PHONY: all build test demo install bench bench-quick test-sanitize soak fuzz clean windows test-windows deps-build deps-demo deps-test deps-bench deps-san deps-win
+.PHONY: all build test demo install bench bench-quick test-sanitize soak fuzz clean windows test-windows bench-windows deps-build deps-demo deps-test deps-bench deps-san deps-win
 
 all: build
 
@@ -66,6 +66,13 @@ windows: deps-win
 # The Windows test suite, run under wine by ctest.
 test-windows: windows
 	cd $(BUILD_WIN) && ctest --output-on-failure -j $(JOBS) --timeout 300
+
+# ns per malloc/free pair under wine: freeway (static link) and the CRT's heap.
+bench-windows: windows
+	for t in 1 2; do for b in pairs_crt pairs_freeway; do \
+	  WINEPREFIX=$(CURDIR)/$(BUILD_WIN)/wineprefix WINEDEBUG=-all DISPLAY= \
+	  $$(grep '^FW_WINE:' $(BUILD_WIN)/CMakeCache.txt | cut -d= -f2) \
+	  $(BUILD_WIN)/bench/windows/$$b.exe $$t; done; done
 
 test-sanitize: deps-san
 	tools/sanitize-tests

@@ -47,26 +47,20 @@ extern "C" void* FW_THREAD_SLOT_SYMBOL;
 template <auto* Initial>
 struct ThreadSlot {
   using T = decltype(Initial);
-  static inline __attribute__((always_inline)) T get() {
-    T v;
-    // volatile: a store by set() in between must be seen (the asm has no memory input).
-    asm volatile(
-        "movq %%gs:0x58, %0\n\t"          // TEB.ThreadLocalStoragePointer
+  // The slot's address in the calling thread: the same for the whole life of
+  // the thread, so the asm is not volatile and the compiler computes it once
+  // per function (four instructions), then loads and stores through it.
+  static inline __attribute__((always_inline)) T* ref() {
+    char* p;
+    asm("movq %%gs:0x58, %0\n\t"          // TEB.ThreadLocalStoragePointer
         "movl _tls_index(%%rip), %%ecx\n\t"
         "movq (%0,%%rcx,8), %0\n\t"       // this image's TLS block
-        "movq fw_thread_slot@secrel32(%0), %0"
-        : "=r"(v) : : "rcx");
-    return v;
+        "leaq fw_thread_slot@secrel32(%0), %0"
+        : "=r"(p) : : "rcx");
+    return reinterpret_cast<T*>(p);
   }
-  static inline __attribute__((always_inline)) void set(T v) {
-    char* block;
-    asm volatile(
-        "movq %%gs:0x58, %0\n\t"
-        "movl _tls_index(%%rip), %%ecx\n\t"
-        "movq (%0,%%rcx,8), %0\n\t"
-        "movq %1, fw_thread_slot@secrel32(%0)"
-        : "=&r"(block) : "r"(v) : "rcx", "memory");
-  }
+  static inline __attribute__((always_inline)) T get() { return *ref(); }
+  static inline __attribute__((always_inline)) void set(T v) { *ref() = v; }
 };
 // In exactly one source file: the slot's storage in .tls, starting at initial.
 #define FW_THREAD_SLOT_DEFINE(initial) \

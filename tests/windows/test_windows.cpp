@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "freeway.h"
+#include "freeway_telemetry.h"
 #include "platform/os.h"
 
 // msvcrt exports it; mingw's headers declare it only for newer CRT versions.
@@ -389,6 +390,36 @@ TEST_CASE("threads: a thread suspended forever in the middle of malloc blocks no
   for (HANDLE x : h) CloseHandle(x);
   // The victim stays suspended for the rest of the program.
   CloseHandle(victim);
+}
+
+// --- Telemetry: the writer, in a named section Local\freeway.<pid> ---------
+
+TEST_CASE("telemetry: the segment is published in Local\\freeway.<pid> and removed at stop") {
+  wchar_t name[64];
+  swprintf(name, 64, L"Local\\freeway.%lu", GetCurrentProcessId());
+  REQUIRE(fw_telemetry_start() == 0);
+  CHECK(fw_telemetry_active());
+  HANDLE h = OpenFileMappingW(FILE_MAP_READ, FALSE, name);  // what a reader does
+  REQUIRE(h != nullptr);
+  auto* hdr = static_cast<const fwt_header*>(MapViewOfFile(h, FILE_MAP_READ, 0, 0, 0));
+  REQUIRE(hdr != nullptr);
+  CHECK(hdr->magic == FWT_MAGIC);
+  CHECK(hdr->version_major == FWT_VERSION_MAJOR);
+  void* keep = malloc(1000);
+  // The publisher thread writes snapshots: the sequence moves on.
+  uint64_t seq0 = __atomic_load_n(&hdr->snapshot_seq, __ATOMIC_ACQUIRE);
+  uint64_t seq = seq0;
+  for (int i = 0; i < 200 && seq == seq0; i++) {
+    Sleep(10);
+    seq = __atomic_load_n(&hdr->snapshot_seq, __ATOMIC_ACQUIRE);
+  }
+  CHECK(seq > seq0);
+  fw_telemetry_stop();
+  CHECK(!fw_telemetry_active());
+  UnmapViewOfFile(hdr);
+  CloseHandle(h);
+  CHECK(OpenFileMappingW(FILE_MAP_READ, FALSE, name) == nullptr);  // the name is gone
+  free(keep);
 }
 
 // --- Misuse: a child process must stop with freeway's message ----------------
