@@ -70,9 +70,9 @@ test-windows: windows
 # ns per malloc/free pair under wine: freeway (static link) and the CRT's heap.
 bench-windows: windows
 	for t in 1 2; do for b in pairs_crt pairs_freeway; do \
-	  WINEPREFIX=$(CURDIR)/$(BUILD_WIN)/wineprefix WINEDEBUG=-all DISPLAY= \
+	  WINEPREFIX=$(abspath $(BUILD_WIN))/wineprefix WINEDEBUG=-all DISPLAY= \
 	  $$(grep '^FW_WINE:' $(BUILD_WIN)/CMakeCache.txt | cut -d= -f2) \
-	  $(BUILD_WIN)/bench/windows/$$b.exe $$t; done; done
+	  $(BUILD_WIN)/bench/windows/$$b.exe $$t || exit 1; done; done
 
 test-sanitize: deps-san
 	tools/sanitize-tests
