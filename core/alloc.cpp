@@ -105,6 +105,20 @@ size_t fw_usable(const void* p) {
   return large_usable_size(p, d);
 }
 
+void* fw_block_start(const void* p) {
+  Span* d = span_of(p);
+  if (d == nullptr) return nullptr;
+  uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
+  if (state == kHot || state == kFull || state == kPartial) {
+    uintptr_t base = span_base(d), q = reinterpret_cast<uintptr_t>(p);
+    uint32_t bsize = d->block_size.load(std::memory_order_relaxed);
+    uintptr_t n = (q - base) / bsize;
+    if (n >= d->carved.load(std::memory_order_relaxed)) return nullptr;
+    return reinterpret_cast<void*>(base + n * bsize);
+  }
+  return large_block_start(p, d);
+}
+
 void* fw_realloc_impl(void* p, size_t n) {
   if (p == nullptr) return alloc_small(n);
   if (n == 0) {  // as glibc: free the block and return NULL

@@ -48,5 +48,10 @@ void* fw_alloc_zeroed(size_t count, size_t n); // calloc
 void* fw_alloc_aligned(size_t align, size_t n);// align: a power of two (checked by callers)
 void* fw_realloc_impl(void* p, size_t n);
 size_t fw_usable(const void* p);
+// The start of the freeway block that p points into (p itself for a block's
+// start), or nullptr if no freeway block holds p. It does not tell whether the
+// block is in use: callers that accept interior pointers (the CRT's
+// _aligned_offset_ forms, shim/windows) check a tag of their own in the block.
+void* fw_block_start(const void* p);
 
 }  // namespace fw

@@ -166,6 +166,15 @@ size_t large_usable_size(const void* p, const Span* d) {
   return size_t(head->large_size.load(std::memory_order_relaxed));
 }
 
+void* large_block_start(const void* p, const Span* d) {
+  Span* head = head_of(p, d);
+  if (head == nullptr) return nullptr;
+  uintptr_t start = span_base(head) + head->offset.load(std::memory_order_relaxed);
+  uintptr_t q = reinterpret_cast<uintptr_t>(p);
+  if (q < start || q - start >= head->large_size.load(std::memory_order_relaxed)) return nullptr;
+  return reinterpret_cast<void*>(start);
+}
+
 bool large_resize_in_place(void* p, Span* d, size_t size) {
   Span* head = head_of(p, d);
   if (head == nullptr || Anchor::unpack(head->anchor.load(std::memory_order_acquire)).state != kLarge)

@@ -28,6 +28,8 @@ void* large_alloc(size_t size, size_t align, bool zero);
 void large_free(void* p, Span* d);
 // Usable bytes of the large or huge object at p (0 if p is not one).
 size_t large_usable_size(const void* p, const Span* d);
+// The start of the large or huge object that p points into (nullptr if none).
+void* large_block_start(const void* p, const Span* d);
 // Grows or shrinks p in place when its run has room; true if it did.
 bool large_resize_in_place(void* p, Span* d, size_t size);
 

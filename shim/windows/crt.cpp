@@ -3,7 +3,8 @@
 //
 // Linked statically (libfreeway.a), these definitions replace the CRT's in the
 // program: malloc/free/calloc/realloc come from shim/override.cpp, and this
-// file adds _msize, _expand, _recalloc and the _aligned_* family. The CRT's
+// file adds _msize, _expand, _recalloc and the _aligned_* family with its
+// _aligned_offset_* forms. The CRT's
 // headers declare most of them __declspec(dllimport), so calls compile to an
 // indirect call through `__imp_<name>`; each name therefore also gets its
 // `__imp_` pointer here, and the import library's entry for it is never
@@ -25,7 +26,9 @@
 #endif
 #include <windows.h>
 
+#include "core/alloc.h"
 #include "core/foreign.h"
+#include "core/secure.h"
 #include "freeway.h"
 
 namespace {
@@ -137,13 +140,59 @@ void* __cdecl _recalloc(void* p, size_t count, size_t size) {
   return q;
 }
 
-void* __cdecl _aligned_malloc(size_t size, size_t alignment) {
-  if (!pow2(alignment)) {
+// The _aligned_ family. _aligned_offset_malloc(size, align, offset) returns q
+// with q + offset aligned, so q is usually not the start of a block: the
+// block is allocated aligned with room for a 16-byte tag before q, and its
+// first word names q (keyed with the block's canary, secure.h). _aligned_free
+// and the others find the block from q (fw_block_start) and accept an
+// interior q only with its tag; any other interior pointer is passed to
+// fw_free as it is, which reports it. Offset 0 (plain _aligned_malloc) returns
+// the block's start and writes no tag.
+namespace {
+constexpr uint64_t kOffsetMark = 0x6f66667365742121ull;
+uint64_t offset_tag(const void* start, const void* q) {
+  return fw::canary_of(start) ^ reinterpret_cast<uintptr_t>(q) ^ kOffsetMark;
+}
+
+void* offset_alloc(size_t size, size_t alignment, size_t offset) {
+  if (!pow2(alignment) || (size != 0 && offset >= size)) {
     errno = EINVAL;
     return nullptr;
   }
-  return fw_malloc_aligned(alignment < 16 ? 16 : alignment, size == 0 ? 1 : size);
+  size_t a = alignment < 16 ? 16 : alignment;
+  size_t shift = (a - offset % a) % a;  // start + shift + offset is aligned to a
+  if (shift == 0) return fw_malloc_aligned(a, size == 0 ? 1 : size);
+  if (shift < 16) shift += a;  // room for the tag (a >= 16)
+  if (size > SIZE_MAX - shift) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  char* start = static_cast<char*>(fw_malloc_aligned(a, size + shift));
+  if (start == nullptr) return nullptr;
+  char* q = start + shift;
+  *reinterpret_cast<uint64_t*>(start) = offset_tag(start, q);
+  return q;
 }
+
+// The block start of q (freeway's): q itself, or the start whose tag names q.
+// An untagged interior pointer comes back as is, for fw_free to report.
+void* offset_start(void* q) {
+  void* start = fw::fw_block_start(q);
+  if (start == nullptr || start == q) return q;
+  return *static_cast<uint64_t*>(start) == offset_tag(start, q) ? start : q;
+}
+
+size_t offset_usable(void* q) {
+  void* start = offset_start(q);
+  return fw_usable_size(start) - size_t(static_cast<char*>(q) - static_cast<char*>(start));
+}
+}  // namespace
+
+void* __cdecl _aligned_offset_malloc(size_t size, size_t alignment, size_t offset) {
+  return offset_alloc(size, alignment, offset);
+}
+
+void* __cdecl _aligned_malloc(size_t size, size_t alignment) { return offset_alloc(size, alignment, 0); }
 
 void __cdecl _aligned_free(void* p) {
   if (p == nullptr) return;
@@ -151,7 +200,7 @@ void __cdecl _aligned_free(void* p) {
     g_crt.aligned_free(p);  // made by the CRT's _aligned_malloc (its own header)
     return;
   }
-  fw_free(p);
+  fw_free(offset_start(p));
 }
 
 size_t __cdecl _aligned_msize(void* p, size_t alignment, size_t offset) {
@@ -160,40 +209,50 @@ size_t __cdecl _aligned_msize(void* p, size_t alignment, size_t offset) {
     return size_t(-1);
   }
   if (!fw_owns(p) && crt_init() && g_crt.aligned_msize != nullptr) return g_crt.aligned_msize(p, alignment, offset);
-  return fw_usable_size(p);
+  return offset_usable(p);
 }
 
-void* __cdecl _aligned_realloc(void* p, size_t size, size_t alignment) {
+void* __cdecl _aligned_offset_realloc(void* p, size_t size, size_t alignment, size_t offset) {
   if (!pow2(alignment)) {
     errno = EINVAL;
     return nullptr;
   }
-  if (p == nullptr) return _aligned_malloc(size, alignment);
+  if (p == nullptr) return offset_alloc(size, alignment, offset);
   if (size == 0) {
     _aligned_free(p);
     return nullptr;
   }
   bool ours = fw_owns(p) != 0;
-  size_t old = ours ? fw_usable_size(p) : _aligned_msize(p, alignment, 0);
+  size_t old = _aligned_msize(p, alignment, offset);
   // Kept in place when aligned as asked and big enough, but not twice too big.
-  if (ours && (reinterpret_cast<uintptr_t>(p) & (alignment - 1)) == 0 && size <= old && size > old / 2) return p;
-  void* q = _aligned_malloc(size, alignment);
+  if (ours && offset == 0 && offset_start(p) == p && (reinterpret_cast<uintptr_t>(p) & (alignment - 1)) == 0 &&
+      size <= old && size > old / 2)
+    return p;
+  void* q = offset_alloc(size, alignment, offset);
   if (q == nullptr) return nullptr;  // the old block is intact
   std::memcpy(q, p, old < size ? old : size);
   _aligned_free(p);
   return q;
 }
 
-void* __cdecl _aligned_recalloc(void* p, size_t count, size_t size, size_t alignment) {
+void* __cdecl _aligned_realloc(void* p, size_t size, size_t alignment) {
+  return _aligned_offset_realloc(p, size, alignment, 0);
+}
+
+void* __cdecl _aligned_offset_recalloc(void* p, size_t count, size_t size, size_t alignment, size_t offset) {
   size_t total;
   if (__builtin_mul_overflow(count, size, &total)) {
     errno = ENOMEM;
     return nullptr;
   }
-  size_t old = p != nullptr ? _aligned_msize(p, alignment, 0) : 0;
-  void* q = _aligned_realloc(p, total, alignment);
+  size_t old = p != nullptr ? _aligned_msize(p, alignment, offset) : 0;
+  void* q = _aligned_offset_realloc(p, total, alignment, offset);
   if (q != nullptr && total > old) std::memset(static_cast<char*>(q) + old, 0, total - old);
   return q;
+}
+
+void* __cdecl _aligned_recalloc(void* p, size_t count, size_t size, size_t alignment) {
+  return _aligned_offset_recalloc(p, count, size, alignment, 0);
 }
 
 // The import-table pointers of the names the CRT headers declare dllimport,
@@ -208,6 +267,9 @@ FW_IMP(_aligned_free);
 FW_IMP(_aligned_msize);
 FW_IMP(_aligned_realloc);
 FW_IMP(_aligned_recalloc);
+FW_IMP(_aligned_offset_malloc);
+FW_IMP(_aligned_offset_realloc);
+FW_IMP(_aligned_offset_recalloc);
 FW_IMP(malloc);
 FW_IMP(free);
 FW_IMP(calloc);

@@ -104,6 +104,13 @@ int child(const char* what) {
     void* a = _aligned_malloc(100, 64);
     _aligned_free(a);
     _aligned_free(a);
+  } else if (std::strcmp(what, "offset-double-free") == 0) {
+    void* a = _aligned_offset_malloc(100, 64, 8);
+    _aligned_free(a);
+    _aligned_free(a);
+  } else if (std::strcmp(what, "offset-interior-free") == 0) {
+    char* a = static_cast<char*>(_aligned_offset_malloc(100, 64, 8));
+    _aligned_free(a + 16);  // inside the block, but not what was handed out
   } else if (std::strcmp(what, "sized-delete") == 0) {
     ::operator delete(const_cast<char*>(p), size_t(4096));
   }
@@ -254,6 +261,36 @@ TEST_CASE("CRT names: the _aligned_ family") {
   CHECK(errno == EINVAL);
   _aligned_free(nullptr);
   CHECK(_aligned_realloc(_aligned_malloc(10, 32), 0, 32) == nullptr);
+}
+
+TEST_CASE("CRT names: the _aligned_offset_ forms put p + offset on the alignment") {
+  for (size_t a : {size_t(16), size_t(64), size_t(4096), size_t(1) << 20})
+    for (size_t off : {size_t(0), size_t(1), size_t(8), size_t(24), size_t(100), size_t(4000)}) {
+      CAPTURE(a);
+      CAPTURE(off);
+      size_t size = 5000;
+      auto* p = static_cast<unsigned char*>(_aligned_offset_malloc(size, a, off));
+      REQUIRE(p != nullptr);
+      CHECK(fw_owns(p));
+      CHECK(aligned_to(p + off, a));
+      CHECK(_aligned_msize(p, a, off) >= size);
+      std::memset(p, 0x3c, size);
+      auto* q = static_cast<unsigned char*>(_aligned_offset_realloc(p, 3 * size, a, off));
+      REQUIRE(q != nullptr);
+      CHECK(aligned_to(q + off, a));
+      CHECK(q[0] == 0x3c);
+      CHECK(q[size - 1] == 0x3c);
+      auto* r = static_cast<unsigned char*>(_aligned_offset_recalloc(q, 4, size, a, off));
+      REQUIRE(r != nullptr);
+      CHECK(aligned_to(r + off, a));
+      CHECK(r[size - 1] == 0x3c);
+      CHECK(r[4 * size - 1] == 0);
+      _aligned_free(r);
+    }
+  errno = 0;
+  CHECK(_aligned_offset_malloc(100, 64, 100) == nullptr);  // offset must be inside the block
+  CHECK(errno == EINVAL);
+  CHECK(fw_check_heap() == 0);
 }
 
 // --- Blocks the CRT allocated inside itself ----------------------------------
@@ -434,6 +471,8 @@ TEST_CASE("misuse stops the process with a message") {
       {"stack-free", "freeway: free of a pointer freeway did not allocate"},
       {"aligned-double-free", "freeway: double free"},
       {"sized-delete", "freeway: sized free of 0x"},
+      {"offset-double-free", "freeway: "},
+      {"offset-interior-free", "freeway: "},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);
