@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <atomic>
 
 #ifndef WIN32_LEAN_AND_MEAN
 #define WIN32_LEAN_AND_MEAN
@@ -30,67 +31,80 @@
 #include "core/foreign.h"
 #include "core/secure.h"
 #include "freeway.h"
+#include "shim/windows/crt.h"
+
+namespace fw::win {
 
 namespace {
-
-using FreeFn = void(__cdecl*)(void*);
-using MsizeFn = size_t(__cdecl*)(void*);
-using ExpandFn = void*(__cdecl*)(void*, size_t);
-using AlignedFreeFn = void(__cdecl*)(void*);
-using AlignedMsizeFn = size_t(__cdecl*)(void*, size_t, size_t);
-using HeapHandleFn = intptr_t(__cdecl*)();
-
-// The CRT module the program uses, and its functions; resolved once, before
-// freeway can see a block of the CRT's (crt_init runs from a constructor, and
-// again, harmlessly, from any foreign path that finds it not done).
-struct Crt {
-  HMODULE module;
-  HANDLE heap;
-  FreeFn free;
-  MsizeFn msize;
-  ExpandFn expand;
-  AlignedFreeFn aligned_free;
-  AlignedMsizeFn aligned_msize;
-};
-Crt g_crt;
+CrtOriginals g_crts[kMaxCrts];
+std::atomic<int> g_crt_count{0};
+std::atomic<bool> g_crt_fixed{false};  // set by crt_use: no more lookups
 
 template <class F>
 F proc(HMODULE m, const char* name) {
   return reinterpret_cast<F>(reinterpret_cast<void*>(GetProcAddress(m, name)));
 }
 
-bool crt_init() {
-  if (g_crt.free != nullptr) return true;
+// Static link: the CRT the program imports (msvcrt.dll, or ucrtbase.dll),
+// resolved once before freeway can see a block of the CRT's (the constructor
+// below), and again, harmlessly, from a foreign path that finds none.
+void crt_lookup() {
+  if (g_crt_count.load(std::memory_order_acquire) != 0 || g_crt_fixed.load(std::memory_order_acquire)) return;
   DWORD saved = GetLastError();
   HMODULE m = GetModuleHandleW(L"msvcrt.dll");
   if (m == nullptr) m = GetModuleHandleW(L"ucrtbase.dll");
   if (m != nullptr) {
-    auto heap_handle = proc<HeapHandleFn>(m, "_get_heap_handle");
-    g_crt.heap = heap_handle != nullptr ? reinterpret_cast<HANDLE>(heap_handle()) : GetProcessHeap();
-    g_crt.msize = proc<MsizeFn>(m, "_msize");
-    g_crt.expand = proc<ExpandFn>(m, "_expand");
-    g_crt.aligned_free = proc<AlignedFreeFn>(m, "_aligned_free");
-    g_crt.aligned_msize = proc<AlignedMsizeFn>(m, "_aligned_msize");
-    g_crt.module = m;
-    g_crt.free = proc<FreeFn>(m, "free");
+    CrtOriginals c{};
+    auto heap_handle = proc<intptr_t(__cdecl*)()>(m, "_get_heap_handle");
+    c.heap = heap_handle != nullptr ? reinterpret_cast<HANDLE>(heap_handle()) : GetProcessHeap();
+    c.free = proc<FreeFn>(m, "free");
+    c.msize = proc<MsizeFn>(m, "_msize");
+    c.expand = proc<ExpandFn>(m, "_expand");
+    c.aligned_free = proc<AlignedFreeFn>(m, "_aligned_free");
+    c.aligned_msize = proc<AlignedMsizeFn>(m, "_aligned_msize");
+    if (c.free != nullptr && c.msize != nullptr) crt_use(&c, 1);
   }
   SetLastError(saved);
-  return g_crt.free != nullptr;
+}
+}  // namespace
+
+void crt_use(const CrtOriginals* crts, int n) {
+  g_crt_fixed.store(true, std::memory_order_release);
+  g_crt_count.store(0, std::memory_order_release);
+  if (n > kMaxCrts) n = kMaxCrts;
+  for (int i = 0; i < n; i++) g_crts[i] = crts[i];
+  g_crt_count.store(n, std::memory_order_release);
 }
 
-// HeapValidate with a block address checks that one block and is safe on any
-// pointer (it returns FALSE for one the heap does not hold).
-bool crt_owns(const void* p) {
-  return crt_init() && g_crt.heap != nullptr && g_crt.msize != nullptr &&
-         HeapValidate(g_crt.heap, 0, p) != 0;
+// The CRT whose heap holds the block p starts. HeapValidate with a block
+// address checks that one block and is safe on any pointer (FALSE for one the
+// heap does not hold).
+const CrtOriginals* crt_first() {
+  crt_lookup();
+  return g_crt_count.load(std::memory_order_acquire) > 0 ? &g_crts[0] : nullptr;
 }
-void crt_free(void* p) { g_crt.free(p); }
-size_t crt_usable(const void* p) { return g_crt.msize(const_cast<void*>(p)); }
+
+const CrtOriginals* crt_owner(const void* p) {
+  crt_lookup();
+  int n = g_crt_count.load(std::memory_order_acquire);
+  for (int i = 0; i < n; i++)
+    if (g_crts[i].heap != nullptr && HeapValidate(g_crts[i].heap, 0, p) != 0) return &g_crts[i];
+  return nullptr;
+}
+
+}  // namespace fw::win
+
+namespace {
+using fw::win::crt_owner;
+
+bool crt_owns(const void* p) { return crt_owner(p) != nullptr; }
+void crt_free(void* p) { crt_owner(p)->free(p); }
+size_t crt_usable(const void* p) { return crt_owner(p)->msize(const_cast<void*>(p)); }
 
 constexpr fw::ForeignHeap kCrtHeap = {&crt_owns, &crt_free, &crt_usable};
 
 __attribute__((constructor(101))) void register_crt_heap() {
-  crt_init();
+  fw::win::crt_lookup();
   fw::foreign_register(&kCrtHeap);
 }
 
@@ -118,7 +132,8 @@ void* __cdecl _expand(void* p, size_t n) {
     return nullptr;
   }
   if (!fw_owns(p)) {
-    if (crt_owns(p) && g_crt.expand != nullptr) return g_crt.expand(p, n);
+    const fw::win::CrtOriginals* c = crt_owner(p);
+    if (c != nullptr && c->expand != nullptr) return c->expand(p, n);
     errno = EINVAL;
     return nullptr;
   }
@@ -196,9 +211,14 @@ void* __cdecl _aligned_malloc(size_t size, size_t alignment) { return offset_all
 
 void __cdecl _aligned_free(void* p) {
   if (p == nullptr) return;
-  if (!fw_owns(p) && crt_init() && g_crt.aligned_free != nullptr) {
-    g_crt.aligned_free(p);  // made by the CRT's _aligned_malloc (its own header)
-    return;
+  if (!fw_owns(p)) {
+    // Made by the CRT's _aligned_malloc: its block starts before p (its own
+    // header), so the heap is asked about the CRT's, not p.
+    const fw::win::CrtOriginals* c = fw::win::crt_first();
+    if (c != nullptr && c->aligned_free != nullptr) {
+      c->aligned_free(p);
+      return;
+    }
   }
   fw_free(offset_start(p));
 }
@@ -208,7 +228,10 @@ size_t __cdecl _aligned_msize(void* p, size_t alignment, size_t offset) {
     errno = EINVAL;
     return size_t(-1);
   }
-  if (!fw_owns(p) && crt_init() && g_crt.aligned_msize != nullptr) return g_crt.aligned_msize(p, alignment, offset);
+  if (!fw_owns(p)) {
+    const fw::win::CrtOriginals* c = fw::win::crt_first();
+    if (c != nullptr && c->aligned_msize != nullptr) return c->aligned_msize(p, alignment, offset);
+  }
   return offset_usable(p);
 }
 
