@@ -121,11 +121,20 @@ void* alloc_metadata(size_t size) {
 
 unsigned cpu_id() { return unsigned(GetCurrentProcessorNumber()); }
 
+// BCryptGenRandom, found at first use: freeway.dll then depends on kernel32
+// alone at load (bcrypt.dll is a system DLL, loaded from System32 only).
 uint64_t random_u64() {
   KeepLastError keep;
+  using GenRandom = LONG(WINAPI*)(void*, PUCHAR, ULONG, ULONG);
+  static std::atomic<GenRandom> gen{nullptr};
+  GenRandom f = gen.load(std::memory_order_acquire);
+  if (f == nullptr) {
+    HMODULE m = LoadLibraryExW(L"bcrypt.dll", nullptr, LOAD_LIBRARY_SEARCH_SYSTEM32);
+    if (m != nullptr) f = reinterpret_cast<GenRandom>(reinterpret_cast<void*>(GetProcAddress(m, "BCryptGenRandom")));
+    gen.store(f, std::memory_order_release);
+  }
   uint64_t v = 0;
-  if (BCryptGenRandom(nullptr, reinterpret_cast<PUCHAR>(&v), sizeof v, BCRYPT_USE_SYSTEM_PREFERRED_RNG) >= 0)
-    return v;
+  if (f != nullptr && f(nullptr, reinterpret_cast<PUCHAR>(&v), sizeof v, BCRYPT_USE_SYSTEM_PREFERRED_RNG) >= 0) return v;
   LARGE_INTEGER t;
   QueryPerformanceCounter(&t);
   uint64_t x = uint64_t(t.QuadPart) ^ reinterpret_cast<uintptr_t>(&v) ^ (uint64_t(GetCurrentThreadId()) << 32);

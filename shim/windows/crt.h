@@ -29,7 +29,7 @@ struct CrtOriginals {
   AlignedFreeFn aligned_free;     // may be null
   AlignedMsizeFn aligned_msize;   // may be null
 };
-constexpr int kMaxCrts = 4;
+constexpr int kMaxCrts = 8;
 
 // Replaces the set of CRTs (at most kMaxCrts); no lookup happens afterwards.
 void crt_use(const CrtOriginals* crts, int n);

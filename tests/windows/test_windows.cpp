@@ -459,6 +459,193 @@ TEST_CASE("telemetry: the segment is published in Local\\freeway.<pid> and remov
   free(keep);
 }
 
+// --- Injection: freeway-inject.exe and freeway.dll -------------------------
+
+namespace {
+
+// This program's directory, where the build puts freeway.dll, freeway-inject.exe
+// and the programs injected into (tests/windows/CMakeLists.txt).
+std::wstring here() {
+  wchar_t self[MAX_PATH];
+  DWORD n = GetModuleFileNameW(nullptr, self, MAX_PATH);
+  std::wstring s(self, n);
+  return s.substr(0, s.find_last_of(L"\\/") + 1);
+}
+
+struct Child {
+  HANDLE process = nullptr, in = nullptr, out = nullptr, err = nullptr;
+  DWORD pid = 0;
+};
+
+Child start(const std::wstring& cmd) {
+  Child c;
+  SECURITY_ATTRIBUTES sa{sizeof sa, nullptr, TRUE};
+  HANDLE in_r, out_w, err_w;
+  CreatePipe(&in_r, &c.in, &sa, 0);
+  CreatePipe(&c.out, &out_w, &sa, 1 << 20);
+  CreatePipe(&c.err, &err_w, &sa, 1 << 20);
+  for (HANDLE h : {c.in, c.out, c.err}) SetHandleInformation(h, HANDLE_FLAG_INHERIT, 0);
+  STARTUPINFOW si{};
+  si.cb = sizeof si;
+  si.dwFlags = STARTF_USESTDHANDLES;
+  si.hStdInput = in_r;
+  si.hStdOutput = out_w;
+  si.hStdError = err_w;
+  PROCESS_INFORMATION pi{};
+  std::wstring line = cmd;
+  std::wstring dir = here();
+  if (CreateProcessW(nullptr, line.data(), nullptr, nullptr, TRUE, 0, nullptr, dir.c_str(), &si, &pi)) {
+    c.process = pi.hProcess;
+    c.pid = pi.dwProcessId;
+    CloseHandle(pi.hThread);
+  }
+  CloseHandle(in_r);
+  CloseHandle(out_w);
+  CloseHandle(err_w);
+  return c;
+}
+
+std::string read_all(HANDLE h) {
+  std::string s;
+  char buf[4096];
+  DWORD n;
+  while (ReadFile(h, buf, sizeof buf, &n, nullptr) && n > 0) s.append(buf, n);
+  return s;
+}
+
+struct Ran {
+  DWORD code = DWORD(-1);
+  std::string out, err;
+};
+
+Ran finish(Child& c) {
+  Ran r;
+  CloseHandle(c.in);
+  r.out = read_all(c.out);
+  r.err = read_all(c.err);
+  if (c.process != nullptr) {
+    WaitForSingleObject(c.process, 120000);
+    GetExitCodeProcess(c.process, &r.code);
+    CloseHandle(c.process);
+  }
+  CloseHandle(c.out);
+  CloseHandle(c.err);
+  return r;
+}
+
+Ran run(const std::wstring& cmd, const char* input = nullptr) {
+  Child c = start(cmd);
+  DWORD wrote;
+  if (input != nullptr) WriteFile(c.in, input, DWORD(std::strlen(input)), &wrote, nullptr);
+  return finish(c);
+}
+
+std::wstring injected(const std::wstring& program) { return L"\"" + here() + L"freeway-inject.exe\" -- " + program; }
+
+bool has(const std::string& text, const char* what) { return text.find(what) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("injection: an msvcrt C program; _strdup, _getcwd, fopen and malloc are served by freeway") {
+  Ran plain = run(L"inject_c.exe");
+  Ran inj = run(injected(L"inject_c.exe"));
+  CAPTURE(inj.err);
+  CHECK(plain.code == 0);
+  CHECK(inj.code == 0);
+  CHECK(!plain.out.empty());
+  CHECK(plain.out == inj.out);
+  CHECK(plain.err.empty());  // without freeway.dll the program reports nothing
+  CHECK(has(inj.err, "_strdup: freeway"));
+  CHECK(has(inj.err, "_getcwd: freeway"));
+  CHECK(has(inj.err, "malloc: freeway"));
+  CHECK(has(inj.err, "_aligned_malloc: freeway"));
+  CHECK(!has(inj.err, "not freeway"));
+  CHECK(!has(inj.err, "cannot patch"));
+}
+
+TEST_CASE("injection: a C++ program; new, new[] and std::string are served by freeway") {
+  Ran plain = run(L"inject_cpp.exe");
+  Ran inj = run(injected(L"inject_cpp.exe"));
+  CAPTURE(inj.err);
+  CHECK(plain.code == 0);
+  CHECK(inj.code == 0);
+  CHECK(plain.out == inj.out);
+  CHECK(has(inj.err, "new: freeway"));
+  CHECK(has(inj.err, "string data: freeway"));
+  CHECK(has(inj.err, "new[]: freeway"));
+  CHECK(!has(inj.err, "not freeway"));
+}
+
+TEST_CASE("injection: ucrtbase and a CRT loaded after start (msvcr120) are patched too") {
+  Ran plain = run(L"inject_crts.exe");
+  Ran inj = run(injected(L"inject_crts.exe"));
+  CAPTURE(plain.out);
+  CAPTURE(inj.err);
+  CHECK(plain.code == 0);
+  CHECK(inj.code == 0);
+  CHECK(plain.out == inj.out);
+  CHECK(has(inj.err, "ucrtbase.dll malloc: freeway"));
+  CHECK(has(inj.err, "ucrtbase.dll _strdup: freeway"));
+  CHECK(has(inj.err, "msvcr120.dll malloc: freeway"));
+  CHECK(has(inj.err, "msvcr120.dll _strdup: freeway"));
+  CHECK(!has(inj.err, "not freeway"));
+}
+
+TEST_CASE("injection: --pid into a running program; its earlier blocks go back to the CRT") {
+  Ran plain = run(L"inject_c.exe wait", "go\n");
+  CHECK(plain.code == 0);
+  Child c = start(L"inject_c.exe wait");
+  REQUIRE(c.process != nullptr);
+  std::string first;
+  char ch;
+  DWORD n;
+  while (first.find('\n') == std::string::npos && ReadFile(c.out, &ch, 1, &n, nullptr) && n == 1) first += ch;
+  REQUIRE(first.rfind("ready", 0) == 0);  // "ready\r\n": stdout is in text mode
+  Ran inj = run(L"\"" + here() + L"freeway-inject.exe\" --pid " + std::to_wstring(c.pid));
+  CAPTURE(inj.err);
+  CHECK(inj.code == 0);
+  DWORD wrote;
+  WriteFile(c.in, "go\n", 3, &wrote, nullptr);
+  Ran after = finish(c);
+  CAPTURE(after.err);
+  CHECK(after.code == 0);
+  CHECK(first + after.out == plain.out);
+  CHECK(has(after.out, "early blocks intact: yes"));
+  CHECK(has(after.err, "early block: not freeway"));           // the CRT's, freed by the CRT
+  CHECK(has(after.err, "early block after realloc: freeway"));  // moved into freeway
+  CHECK(has(after.err, "_strdup: freeway"));
+}
+
+TEST_CASE("injector: errors are one line and exit code 2") {
+  Ran missing = run(injected(L"no-such-program.exe"));
+  CHECK(missing.code == 2);
+  CHECK(has(missing.err, "freeway-inject: cannot find program"));
+  // A 32-bit program: a copy of a test program with its machine field changed.
+  std::wstring src = here() + L"inject_c.exe", dst = here() + L"inject_c_i386.exe";
+  REQUIRE(CopyFileW(src.c_str(), dst.c_str(), FALSE));
+  HANDLE f = CreateFileW(dst.c_str(), GENERIC_READ | GENERIC_WRITE, 0, nullptr, OPEN_EXISTING, 0, nullptr);
+  REQUIRE(f != INVALID_HANDLE_VALUE);
+  IMAGE_DOS_HEADER dos;
+  DWORD got;
+  ReadFile(f, &dos, sizeof dos, &got, nullptr);
+  SetFilePointer(f, dos.e_lfanew + 4, nullptr, FILE_BEGIN);
+  WORD i386 = IMAGE_FILE_MACHINE_I386;
+  WriteFile(f, &i386, 2, &got, nullptr);
+  CloseHandle(f);
+  Ran wrong = run(injected(L"inject_c_i386.exe"));
+  DeleteFileW(dst.c_str());
+  CHECK(wrong.code == 2);
+  CHECK(has(wrong.err, "freeway-inject: wrong architecture"));
+  Ran nopid = run(L"\"" + here() + L"freeway-inject.exe\" --pid 999999");
+  CHECK(nopid.code == 2);
+  CHECK(has(nopid.err, "freeway-inject: no process 999999"));
+  Ran usage = run(L"\"" + here() + L"freeway-inject.exe\"");
+  CHECK(usage.code == 2);
+  CHECK(has(usage.err, "usage: freeway-inject.exe"));
+  Ran exit_code = run(injected(L"cmd.exe /c exit 7"));
+  CHECK(exit_code.code == 7);  // the program's own exit code comes back
+}
+
 // --- Misuse: a child process must stop with freeway's message ----------------
 
 TEST_CASE("misuse stops the process with a message") {

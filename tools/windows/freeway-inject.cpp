@@ -1,0 +1,206 @@
+// tools/windows/freeway-inject.cpp: runs a Windows program with freeway.dll
+// loaded before its main, or loads freeway.dll into a running process.
+//
+//   freeway-inject.exe [--dll PATH] -- PROGRAM [ARGS...]   exit code: the program's
+//   freeway-inject.exe [--dll PATH] --pid N                exit code: 0 when loaded
+//
+// The program starts suspended; a thread created in it runs LoadLibraryW on
+// freeway.dll, whose DllMain patches the C runtimes (shim/windows/dll.cpp);
+// then the program's main thread resumes. kernel32 is at the same address in
+// every process of a session, so LoadLibraryW's address here is its address
+// there. Errors are one line `freeway-inject: ...` and exit code 2 (before the
+// program runs).
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#include <windows.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cwchar>
+#include <string>
+
+namespace {
+
+[[noreturn]] void fail(const wchar_t* what, const std::wstring& detail = L"") {
+  std::fwprintf(stderr, L"freeway-inject: %ls%ls\n", what, detail.c_str());
+  std::exit(2);
+}
+
+std::wstring last_error() {
+  DWORD e = GetLastError();
+  wchar_t buf[256] = L"";
+  FormatMessageW(FORMAT_MESSAGE_FROM_SYSTEM | FORMAT_MESSAGE_IGNORE_INSERTS, nullptr, e, 0, buf, 256, nullptr);
+  size_t n = std::wcslen(buf);
+  while (n > 0 && (buf[n - 1] == L'\n' || buf[n - 1] == L'\r' || buf[n - 1] == L'.')) buf[--n] = 0;
+  return L" (error " + std::to_wstring(e) + (n ? L": " + std::wstring(buf) : L"") + L")";
+}
+
+void usage() {
+  std::fwprintf(stderr,
+                L"usage: freeway-inject.exe [--dll PATH] -- PROGRAM [ARGS...]\n"
+                L"       freeway-inject.exe [--dll PATH] --pid N\n"
+                L"Runs PROGRAM with freeway.dll replacing its C runtime's malloc (or loads it\n"
+                L"into the running process N). freeway.dll is looked for beside this program.\n");
+  std::exit(2);
+}
+
+// Quoting of one argument for CommandLineToArgvW / the CRT's parser.
+std::wstring quote(const std::wstring& a) {
+  if (!a.empty() && a.find_first_of(L" \t\n\v\"") == std::wstring::npos) return a;
+  std::wstring q = L"\"";
+  for (size_t i = 0;; i++) {
+    size_t slashes = 0;
+    while (i < a.size() && a[i] == L'\\') i++, slashes++;
+    if (i == a.size()) {
+      q.append(slashes * 2, L'\\');
+      break;
+    }
+    if (a[i] == L'"') {
+      q.append(slashes * 2 + 1, L'\\');
+      q += L'"';
+    } else {
+      q.append(slashes, L'\\');
+      q += a[i];
+    }
+  }
+  return q + L"\"";
+}
+
+// The machine a PE file is built for (0 if it is not one).
+WORD pe_machine(const std::wstring& path) {
+  HANDLE f = CreateFileW(path.c_str(), GENERIC_READ, FILE_SHARE_READ, nullptr, OPEN_EXISTING, 0, nullptr);
+  if (f == INVALID_HANDLE_VALUE) return 0;
+  IMAGE_DOS_HEADER dos{};
+  IMAGE_NT_HEADERS64 nt{};
+  DWORD got = 0;
+  WORD machine = 0;
+  if (ReadFile(f, &dos, sizeof dos, &got, nullptr) && got == sizeof dos && dos.e_magic == IMAGE_DOS_SIGNATURE &&
+      SetFilePointer(f, dos.e_lfanew, nullptr, FILE_BEGIN) != INVALID_SET_FILE_POINTER &&
+      ReadFile(f, &nt, sizeof nt.Signature + sizeof nt.FileHeader, &got, nullptr) && nt.Signature == IMAGE_NT_SIGNATURE)
+    machine = nt.FileHeader.Machine;
+  CloseHandle(f);
+  return machine;
+}
+
+// LoadLibraryW(dll) in process p, by a thread of its own; false with a reason.
+bool load_into(HANDLE p, const std::wstring& dll, std::wstring* why) {
+  size_t bytes = (dll.size() + 1) * sizeof(wchar_t);
+  void* remote = VirtualAllocEx(p, nullptr, bytes, MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
+  if (remote == nullptr) {
+    *why = L"cannot allocate in the process" + last_error();
+    return false;
+  }
+  if (!WriteProcessMemory(p, remote, dll.c_str(), bytes, nullptr)) {
+    *why = L"cannot write into the process" + last_error();
+    return false;
+  }
+  auto load = reinterpret_cast<LPTHREAD_START_ROUTINE>(
+      reinterpret_cast<void*>(GetProcAddress(GetModuleHandleW(L"kernel32.dll"), "LoadLibraryW")));
+  HANDLE t = CreateRemoteThread(p, nullptr, 0, load, remote, 0, nullptr);
+  if (t == nullptr) {
+    *why = L"cannot start a thread in the process" + last_error();
+    return false;
+  }
+  if (WaitForSingleObject(t, 60000) != WAIT_OBJECT_0) {
+    CloseHandle(t);
+    *why = L"LoadLibraryW did not return within 60 s";
+    return false;
+  }
+  DWORD module = 0;
+  GetExitCodeThread(t, &module);
+  CloseHandle(t);
+  VirtualFreeEx(p, remote, 0, MEM_RELEASE);
+  if (module == 0) {
+    *why = L"LoadLibraryW failed in the process (is freeway.dll an x86-64 DLL with its dependencies present?)";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int wmain(int argc, wchar_t** argv) {
+  std::wstring dll;
+  DWORD pid = 0;
+  int program = -1;
+  for (int i = 1; i < argc; i++) {
+    std::wstring a = argv[i];
+    if (a == L"--") {
+      program = i + 1;
+      break;
+    } else if (a == L"--dll" && i + 1 < argc) {
+      dll = argv[++i];
+    } else if (a == L"--pid" && i + 1 < argc) {
+      wchar_t* end;
+      unsigned long v = std::wcstoul(argv[++i], &end, 10);
+      if (*end != 0 || v == 0) fail(L"--pid needs a process id, not ", argv[i]);
+      pid = DWORD(v);
+    } else if (a == L"-h" || a == L"--help") {
+      usage();
+    } else {
+      fail(L"unknown option ", a + L" (a program goes after --)");
+    }
+  }
+  if ((pid == 0) == (program < 0 || program >= argc)) usage();
+
+  if (dll.empty()) {
+    wchar_t self[MAX_PATH];
+    DWORD n = GetModuleFileNameW(nullptr, self, MAX_PATH);
+    std::wstring dir(self, n);
+    dll = dir.substr(0, dir.find_last_of(L"\\/") + 1) + L"freeway.dll";
+  }
+  wchar_t full[MAX_PATH];
+  if (GetFullPathNameW(dll.c_str(), MAX_PATH, full, nullptr) == 0) fail(L"bad DLL path ", dll);
+  dll = full;
+  if (GetFileAttributesW(dll.c_str()) == INVALID_FILE_ATTRIBUTES) fail(L"cannot find ", dll);
+  if (pe_machine(dll) != IMAGE_FILE_MACHINE_AMD64) fail(L"not an x86-64 DLL: ", dll);
+
+  std::wstring why;
+  if (pid != 0) {
+    HANDLE p = OpenProcess(PROCESS_CREATE_THREAD | PROCESS_QUERY_INFORMATION | PROCESS_VM_OPERATION |
+                               PROCESS_VM_WRITE | PROCESS_VM_READ,
+                           FALSE, pid);
+    if (p == nullptr) {
+      if (GetLastError() == ERROR_ACCESS_DENIED) fail(L"access denied to process ", std::to_wstring(pid));
+      fail(L"no process ", std::to_wstring(pid) + last_error());
+    }
+    BOOL wow64 = FALSE;
+    if (IsWow64Process(p, &wow64) && wow64) fail(L"process ", std::to_wstring(pid) + L" is 32-bit; freeway is x86-64 only");
+    if (!load_into(p, dll, &why)) fail(L"", why);
+    CloseHandle(p);
+    return 0;
+  }
+
+  // Find the program as CreateProcess would (the PATH, ".exe" added).
+  std::wstring prog = argv[program];
+  wchar_t found[MAX_PATH];
+  if (SearchPathW(nullptr, prog.c_str(), L".exe", MAX_PATH, found, nullptr) == 0) fail(L"cannot find program ", prog);
+  WORD machine = pe_machine(found);
+  if (machine == 0) fail(L"not a Windows program: ", found);
+  if (machine != IMAGE_FILE_MACHINE_AMD64) {
+    wchar_t m[16];
+    std::swprintf(m, 16, L"0x%04x", machine);
+    fail(L"wrong architecture: freeway is x86-64 only, and ", std::wstring(found) + L" is machine " + m);
+  }
+  std::wstring cmd = quote(prog);
+  for (int i = program + 1; i < argc; i++) cmd += L" " + quote(argv[i]);
+  STARTUPINFOW si{};
+  si.cb = sizeof si;
+  PROCESS_INFORMATION pi{};
+  if (!CreateProcessW(found, cmd.data(), nullptr, nullptr, TRUE, CREATE_SUSPENDED, nullptr, nullptr, &si, &pi)) {
+    if (GetLastError() == ERROR_ACCESS_DENIED) fail(L"access denied starting ", found);
+    fail(L"cannot start ", std::wstring(found) + last_error());
+  }
+  if (!load_into(pi.hProcess, dll, &why)) {
+    TerminateProcess(pi.hProcess, 2);
+    fail(L"", why);
+  }
+  ResumeThread(pi.hThread);
+  WaitForSingleObject(pi.hProcess, INFINITE);
+  DWORD code = 0;
+  GetExitCodeProcess(pi.hProcess, &code);
+  CloseHandle(pi.hThread);
+  CloseHandle(pi.hProcess);
+  return int(code);
+}
