@@ -5,9 +5,10 @@
 set(CMAKE_SYSTEM_NAME Windows)
 set(CMAKE_SYSTEM_PROCESSOR x86_64)
 set(FW_MINGW x86_64-w64-mingw32)
-# The win32 thread model: no winpthread DLL to carry around.
-find_program(CMAKE_C_COMPILER NAMES ${FW_MINGW}-gcc-win32 ${FW_MINGW}-gcc REQUIRED)
-find_program(CMAKE_CXX_COMPILER NAMES ${FW_MINGW}-g++-win32 ${FW_MINGW}-g++ REQUIRED)
+# The posix thread model (std::thread, std::mutex for the inspector and the
+# tests); winpthread is linked statically like libgcc and libstdc++.
+find_program(CMAKE_C_COMPILER NAMES ${FW_MINGW}-gcc-posix ${FW_MINGW}-gcc REQUIRED)
+find_program(CMAKE_CXX_COMPILER NAMES ${FW_MINGW}-g++-posix ${FW_MINGW}-g++ REQUIRED)
 find_program(CMAKE_RC_COMPILER NAMES ${FW_MINGW}-windres)
 set(CMAKE_FIND_ROOT_PATH /usr/${FW_MINGW})
 set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
@@ -16,7 +17,7 @@ set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
 # Programs carry libgcc and libstdc++ inside: they run with no mingw DLL beside them.
 set(CMAKE_EXE_LINKER_FLAGS_INIT "-static -static-libgcc -static-libstdc++")
-set(CMAKE_SHARED_LINKER_FLAGS_INIT "-static-libgcc -static-libstdc++")
+set(CMAKE_SHARED_LINKER_FLAGS_INIT "-static")
 # ctest runs each test program under wine (Debian: /usr/lib/wine/wine64).
 find_program(FW_WINE NAMES wine64 PATHS /usr/lib/wine NO_DEFAULT_PATH)
 find_program(FW_WINE NAMES wine64 wine)
