@@ -13,11 +13,20 @@
 // Every figure comes from the model (inspector/model/derive.h); this file
 // only parses arguments and formats output. docs/inspector.md is its manual.
 #include "inspector/cli/cli.h"
+#include "inspector/model/printf.h"
 
 #include <signal.h>
-#include <sys/ioctl.h>
 #include <sys/stat.h>
+#if defined(_WIN32)
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#include <io.h>
+#include <windows.h>
+#else
+#include <sys/ioctl.h>
 #include <unistd.h>
+#endif
 
 #include <algorithm>
 #include <cerrno>
@@ -53,7 +62,7 @@ constexpr int kExitOk = 0, kExitCheckFailed = 1, kExitError = 2;
 // ---------------------------------------------------------------------------
 // Errors and arguments
 
-int fail(const char* format, ...) __attribute__((format(printf, 1, 2)));
+int fail(const char* format, ...) __attribute__((format(FWI_PRINTF, 1, 2)));
 int fail(const char* format, ...) {
   std::fputs("freeway-inspect: ", stderr);
   va_list ap;
@@ -380,12 +389,37 @@ void print_text(FILE* out, const Snapshot& s, const Figures& f, const std::vecto
 volatile sig_atomic_t g_stop = 0;
 void on_stop_signal(int) { g_stop = 1; }
 void catch_stop_signals() {
+#if defined(_WIN32)
+  signal(SIGINT, on_stop_signal);  // the CRT maps Ctrl-C to SIGINT
+  signal(SIGTERM, on_stop_signal);
+#else
   struct sigaction sa;
   std::memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+#endif
+}
+
+// The terminal: whether a stream is one, and its height in rows (40 if unknown).
+bool is_terminal(FILE* f) {
+#if defined(_WIN32)
+  return _isatty(_fileno(f)) != 0;
+#else
+  return isatty(fileno(f)) != 0;
+#endif
+}
+unsigned terminal_rows() {
+#if defined(_WIN32)
+  CONSOLE_SCREEN_BUFFER_INFO ci;
+  if (GetConsoleScreenBufferInfo(GetStdHandle(STD_OUTPUT_HANDLE), &ci))
+    return unsigned(ci.srWindow.Bottom - ci.srWindow.Top + 1);
+  return 40;
+#else
+  struct winsize ws;
+  return ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 0 ? ws.ws_row : 40;
+#endif
 }
 
 // Sleeps until `until`, waking early on a stop signal.
@@ -463,7 +497,7 @@ int cmd_watch(int argc, char** argv) {
   auto seg = Segment::attach(pid, &err);
   if (!seg) return fail("%s", err.c_str());
   catch_stop_signals();
-  const bool tty = isatty(STDOUT_FILENO);
+  const bool tty = is_terminal(stdout);
   std::vector<std::string> recent;
   const auto period = std::chrono::nanoseconds(1000000000ull / hz);
   auto next = std::chrono::steady_clock::now();
@@ -482,8 +516,7 @@ int cmd_watch(int argc, char** argv) {
     // On a terminal the view fits its height: the class table gives way.
     size_t max_classes = 0;
     if (tty) {
-      struct winsize ws;
-      unsigned rows = ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 0 ? ws.ws_row : 40;
+      unsigned rows = terminal_rows();
       unsigned fixed = 12 + (n_events ? unsigned(n_events) + 1 : 0);
       max_classes = rows > fixed + 4 ? rows - fixed : 4;
       std::fputs("\x1b[H\x1b[2J", stdout);  // home, clear
@@ -562,7 +595,7 @@ int cmd_record(int argc, char** argv) {
   if (a.has("--seconds") && (!parse_double(a.get("--seconds"), &seconds) || seconds <= 0))
     return fail("record: --seconds needs a positive number");
   // Progress once a second, on a terminal only (one rewritten line).
-  const bool quiet = a.has("--quiet") || !isatty(STDERR_FILENO);
+  const bool quiet = a.has("--quiet") || !is_terminal(stderr);
   std::string err;
   auto seg = Segment::attach(pid, &err);
   if (!seg) return fail("%s", err.c_str());

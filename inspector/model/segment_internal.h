@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "freeway_telemetry.h"
+#include "inspector/model/printf.h"
 #include "inspector/model/segment.h"
 
 namespace fwi::detail {
@@ -39,7 +40,7 @@ inline uint64_t load_relaxed(const uint8_t* p) {
   return __atomic_load_n(reinterpret_cast<const uint64_t*>(p), __ATOMIC_RELAXED);
 }
 
-std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
+std::string fmt(const char* f, ...) __attribute__((format(FWI_PRINTF, 1, 2)));
 
 // The exe name from a header: at most FWT_EXE_MAX bytes, NUL or not, with
 // control characters replaced (it is printed on terminals).

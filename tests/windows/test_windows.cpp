@@ -111,6 +111,17 @@ int child(const char* what) {
   } else if (std::strcmp(what, "offset-interior-free") == 0) {
     char* a = static_cast<char*>(_aligned_offset_malloc(100, 64, 8));
     _aligned_free(a + 16);  // inside the block, but not what was handed out
+  } else if (std::strcmp(what, "publish") == 0) {
+    // Publishes telemetry with some blocks live, until a line arrives on stdin.
+    if (fw_telemetry_start() != 0) return 5;
+    static void* keep[5000];
+    for (int i = 0; i < 5000; i++) keep[i] = malloc(size_t(16) << (i % 9));
+    std::printf("ready\n");
+    std::fflush(stdout);
+    char line[16];
+    if (std::fgets(line, sizeof line, stdin) == nullptr) return 6;
+    for (void* k : keep) free(k);
+    return 0;
   } else if (std::strcmp(what, "sized-delete") == 0) {
     ::operator delete(const_cast<char*>(p), size_t(4096));
   }
@@ -644,6 +655,54 @@ TEST_CASE("injector: errors are one line and exit code 2") {
   CHECK(has(usage.err, "usage: freeway-inject.exe"));
   Ran exit_code = run(injected(L"cmd.exe /c exit 7"));
   CHECK(exit_code.code == 7);  // the program's own exit code comes back
+}
+
+// --- freeway-inspect.exe: the CLI on Windows --------------------------------
+
+TEST_CASE("freeway-inspect.exe: list, snapshot, check, record and replay a running program") {
+  Child c = start(L"test_windows.exe --child publish");
+  REQUIRE(c.process != nullptr);
+  std::string first;
+  char ch;
+  DWORD n;
+  while (first.find('\n') == std::string::npos && ReadFile(c.out, &ch, 1, &n, nullptr) && n == 1) first += ch;
+  REQUIRE(first.rfind("ready", 0) == 0);
+  std::wstring inspect = L"\"" + here() + L"freeway-inspect.exe\" ";
+  std::string pid = std::to_string(c.pid);
+  std::wstring wpid = std::to_wstring(c.pid);
+  Ran list = run(inspect + L"list");
+  CAPTURE(list.out);
+  CAPTURE(list.err);
+  CHECK(list.code == 0);
+  CHECK(has(list.out, pid.c_str()));
+  Ran snap = run(inspect + L"snapshot " + wpid);
+  CAPTURE(snap.out);
+  CAPTURE(snap.err);
+  CHECK(snap.code == 0);
+  CHECK(has(snap.out, "test_windows"));
+  Ran json = run(inspect + L"snapshot --json " + wpid);
+  CHECK(json.code == 0);
+  CHECK(has(json.out, "\"schema\": \"freeway-inspect/snapshot/1\""));
+  CHECK(has(json.out, ("\"pid\": " + pid).c_str()));
+  Ran check = run(inspect + L"check " + wpid);
+  CAPTURE(check.out);
+  CHECK(check.code == 0);
+  std::wstring rec = here() + L"windows-test.fwrec";
+  Ran record = run(inspect + L"record " + wpid + L" --seconds 1 --quiet --out \"" + rec + L"\"");
+  CAPTURE(record.err);
+  CHECK(record.code == 0);
+  Ran replay = run(inspect + L"replay --json \"" + rec + L"\"");
+  CAPTURE(replay.err);
+  CHECK(replay.code == 0);
+  CHECK(has(replay.out, ("\"pid\": " + pid).c_str()));
+  DeleteFileW(rec.c_str());
+  DWORD wrote;
+  WriteFile(c.in, "go\n", 3, &wrote, nullptr);
+  Ran done = finish(c);
+  CHECK(done.code == 0);
+  Ran gone = run(inspect + L"snapshot " + wpid);
+  CHECK(gone.code == 2);
+  CHECK(has(gone.err, "freeway-inspect: "));
 }
 
 // --- Misuse: a child process must stop with freeway's message ----------------
