@@ -4,6 +4,8 @@
 #   gui.live_screenshot    a screenshot of a live process; check_screenshot finds
 #                          at least three span-state colours (400+ pixels each)
 #   gui.replay_screenshot  the same from a recording (--replay)
+#   gui.windows_recording  a recording made on Windows (tests/inspector_cli/
+#                          windows.fwrec) replays in the CLI and the GUI
 #   gui.errors             dead pid, missing recording, bad arguments, and no
 #                          display at all: exit 2 with one line
 # and in tests/gui/exited.py (freeway-demo as the watched process):
@@ -17,7 +19,7 @@ if(TARGET freeway-inspect AND TARGET telemetry_child AND TARGET fwi_gui)
   add_executable(check_screenshot gui/check_screenshot.cpp)
   target_include_directories(check_screenshot PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
   target_link_libraries(check_screenshot PRIVATE fwi_model PkgConfig::FWI_STB)
-  foreach(case live_screenshot replay_screenshot errors)
+  foreach(case live_screenshot replay_screenshot windows_recording errors)
     add_test(NAME gui.${case}
       COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/inspector_cli/e2e.py
               $<TARGET_FILE:freeway-inspect> $<TARGET_FILE:telemetry_child> $<TARGET_FILE:freeway> gui_${case})

@@ -357,6 +357,25 @@ def case_gui_replay_screenshot():
     check_png(png, 3)
 
 
+def case_gui_windows_recording():
+    """A recording made on Windows (freeway-inspect.exe record, under wine, of
+    tests/windows/test_windows.exe --child publish; `make test-windows` makes
+    such recordings and replays them there) replays here, in the CLI and the GUI."""
+    rec = os.path.join(os.path.dirname(os.path.abspath(__file__)), "windows.fwrec")
+    _, out, _ = run("replay", rec, expect=0)
+    if "40 frames" not in out:
+        fail(f"replay of the Windows recording: {out[-300:]}")
+    _, js, _ = run("replay", "--json", rec, expect=0)
+    if "test_windows.exe" not in js:
+        fail("replay --json of the Windows recording does not name test_windows.exe")
+    png = os.path.join(TMP, "windows.png")
+    code, out, err = xvfb("--replay", rec, "--screenshot", png, "--frames", "5", "--size", "1280x800")
+    if code != 0:
+        fail(f"GUI replay of the Windows recording: exit {code}\nstdout: {out}\nstderr: {err}")
+    print("ok:", out.strip())
+    check_png(png, 3)
+
+
 def case_gui_errors():
     p = subprocess.Popen(["true"])
     p.wait()
