@@ -24,6 +24,7 @@
 #include "freeway.h"
 #include "freeway_telemetry.h"
 #include "platform/os.h"
+#include "shim/windows/patch.h"
 
 // msvcrt exports it; mingw's headers declare it only for newer CRT versions.
 extern "C" size_t __cdecl _aligned_msize(void* p, size_t alignment, size_t offset);
@@ -302,6 +303,150 @@ TEST_CASE("CRT names: the _aligned_offset_ forms put p + offset on the alignment
   CHECK(_aligned_offset_malloc(100, 64, 100) == nullptr);  // offset must be inside the block
   CHECK(errno == EINVAL);
   CHECK(fw_check_heap() == 0);
+}
+
+// --- The patcher (shim/windows/patch.cpp) on prologues made to test it -------
+
+// Functions whose first bytes hold what a patch must relocate (Windows x64:
+// argument in rcx, result in rax). Each is followed by what it returns.
+asm(R"(
+  .text
+  .globl fwt_rip
+fwt_rip:                        # mov rax, [rip+fwt_rip_data]; add rax, rcx; ret
+  movq fwt_rip_data(%rip), %rax
+  addq %rcx, %rax
+  ret
+  .globl fwt_jcc
+fwt_jcc:                        # test rcx, rcx; je 1f (rel8, leaves the prologue)
+  testq %rcx, %rcx
+  je 1f
+  movl $1, %eax
+  ret
+1:
+  movl $2, %eax
+  ret
+  .globl fwt_call
+fwt_call:                       # call (rel32) in the prologue
+  subq $40, %rsp
+  call fwt_helper
+  addq $40, %rsp
+  addl $5, %eax
+  ret
+fwt_helper:
+  movl $10, %eax
+  ret
+  .globl fwt_short
+fwt_short:                      # too short for the 5-byte jump
+  ret
+  nop
+  nop
+  nop
+  nop
+  .globl fwt_unknown
+fwt_unknown:                    # ud2: not relocatable
+  ud2
+  nop
+  nop
+  nop
+  ret
+  .globl fwt_inside
+fwt_inside:                     # jmp to the next byte, inside the displaced bytes
+  jmp 2f
+2:
+  nop
+  nop
+  nop
+  movl $3, %eax
+  ret
+  .data
+  .p2align 3
+fwt_rip_data:
+  .quad 1000
+  .text
+)");
+extern "C" long long fwt_rip(long long), fwt_jcc(long long), fwt_call(long long), fwt_short(long long),
+    fwt_unknown(long long), fwt_inside(long long);
+
+namespace {
+using Fn = long long (*)(long long);
+Fn g_original[3];
+long long repl_rip(long long x) { return g_original[0](x) + 1; }
+long long repl_jcc(long long x) { return g_original[1](x) * 100; }
+long long repl_call(long long x) { return -g_original[2](x); }
+long long repl_never(long long) { return -1; }
+}  // namespace
+
+TEST_CASE("patcher: x86-64 instruction lengths") {
+  struct {
+    std::vector<uint8_t> code;
+    int len;
+  } cases[] = {
+      {{0x55}, 1},                                       // push rbp
+      {{0x48, 0x89, 0xe5}, 3},                           // mov rbp, rsp
+      {{0x48, 0x83, 0xec, 0x28}, 4},                     // sub rsp, 0x28
+      {{0x48, 0x81, 0xec, 0x00, 0x01, 0x00, 0x00}, 7},   // sub rsp, 0x100
+      {{0x48, 0x8b, 0x05, 1, 2, 3, 4}, 7},               // mov rax, [rip+x]
+      {{0x4c, 0x8d, 0x44, 0x24, 0x08}, 5},               // lea r8, [rsp+8]
+      {{0x48, 0xb8, 1, 2, 3, 4, 5, 6, 7, 8}, 10},        // mov rax, imm64
+      {{0xe9, 1, 2, 3, 4}, 5},                           // jmp rel32
+      {{0x0f, 0x84, 1, 2, 3, 4}, 6},                     // je rel32
+      {{0xf3, 0x0f, 0x1e, 0xfa}, 4},                     // endbr64
+      {{0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00}, 6},         // nopw 0(rax,rax)
+      {{0xff, 0x25, 0, 0, 0, 0}, 6},                     // jmp [rip]
+      {{0xf7, 0xc1, 1, 0, 0, 0}, 6},                     // test ecx, 1
+      {{0x0f, 0x0b}, 0},                                 // ud2: unknown
+  };
+  for (auto& c : cases) {
+    uint8_t buf[16] = {};
+    std::memcpy(buf, c.code.data(), c.code.size());
+    CAPTURE(int(buf[0]));
+    CHECK(fw::win::instruction_length(buf) == c.len);
+  }
+}
+
+TEST_CASE("patcher: relocated prologues run the original; bad ones are left whole") {
+  CHECK(fwt_rip(5) == 1005);
+  CHECK(fwt_jcc(0) == 2);
+  CHECK(fwt_jcc(7) == 1);
+  CHECK(fwt_call(0) == 15);
+  uint8_t before_unknown[8], before_short[8], before_inside[8];
+  std::memcpy(before_unknown, reinterpret_cast<void*>(&fwt_unknown), 8);
+  std::memcpy(before_short, reinterpret_cast<void*>(&fwt_short), 8);
+  std::memcpy(before_inside, reinterpret_cast<void*>(&fwt_inside), 8);
+  fw::win::Patch p[] = {
+      {"fwt_rip", reinterpret_cast<void*>(&fwt_rip), reinterpret_cast<void*>(&repl_rip), nullptr, 0, nullptr},
+      {"fwt_jcc", reinterpret_cast<void*>(&fwt_jcc), reinterpret_cast<void*>(&repl_jcc), nullptr, 0, nullptr},
+      {"fwt_call", reinterpret_cast<void*>(&fwt_call), reinterpret_cast<void*>(&repl_call), nullptr, 0, nullptr},
+      {"fwt_short", reinterpret_cast<void*>(&fwt_short), reinterpret_cast<void*>(&repl_never), nullptr, 0, nullptr},
+      {"fwt_unknown", reinterpret_cast<void*>(&fwt_unknown), reinterpret_cast<void*>(&repl_never), nullptr, 0, nullptr},
+      {"fwt_inside", reinterpret_cast<void*>(&fwt_inside), reinterpret_cast<void*>(&repl_never), nullptr, 0, nullptr},
+  };
+  int written = fw::win::patch_apply(p, 6, [](void* arg) {
+    auto* q = static_cast<fw::win::Patch*>(arg);
+    for (int i = 0; i < 3; i++) g_original[i] = reinterpret_cast<Fn>(q[i].trampoline);
+  }, p);
+  CHECK(written == 3);
+  for (int i = 0; i < 3; i++) {
+    CAPTURE(p[i].name);
+    CHECK(p[i].failure == nullptr);
+    CHECK(p[i].displaced >= 5);
+  }
+  CHECK(p[0].displaced == 7);   // the whole RIP-relative mov
+  CHECK(p[1].displaced == 5);   // test (3) + je rel8 (2)
+  CHECK(p[2].displaced == 9);   // sub (4) + call (5)
+  // Through the patch: the replacement, which calls the original by its trampoline.
+  CHECK(fwt_rip(5) == 1006);
+  CHECK(fwt_jcc(0) == 200);
+  CHECK(fwt_jcc(7) == 100);
+  CHECK(fwt_call(0) == -15);
+  // Not patchable: reported, and not one byte changed.
+  CHECK(p[3].failure != nullptr);
+  CHECK(p[4].failure != nullptr);
+  CHECK(p[5].failure != nullptr);
+  CHECK(std::memcmp(before_short, reinterpret_cast<void*>(&fwt_short), 8) == 0);
+  CHECK(std::memcmp(before_unknown, reinterpret_cast<void*>(&fwt_unknown), 8) == 0);
+  CHECK(std::memcmp(before_inside, reinterpret_cast<void*>(&fwt_inside), 8) == 0);
+  CHECK(fwt_inside(0) == 3);
 }
 
 // --- Blocks the CRT allocated inside itself ----------------------------------
