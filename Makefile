@@ -67,12 +67,16 @@ windows: deps-win
 test-windows: windows
 	cd $(BUILD_WIN) && ctest --output-on-failure -j $(JOBS) --timeout 300
 
-# ns per malloc/free pair under wine: freeway (static link) and the CRT's heap.
+# ns per malloc/free pair under wine: the CRT's heap, freeway linked in
+# statically, and freeway injected into the CRT build (freeway-inject.exe).
+WINE_RUN = WINEPREFIX=$(abspath $(BUILD_WIN))/wineprefix WINEDEBUG=-all DISPLAY= \
+	$$(grep '^FW_WINE:' $(BUILD_WIN)/CMakeCache.txt | cut -d= -f2)
 bench-windows: windows
-	for t in 1 2; do for b in pairs_crt pairs_freeway; do \
-	  WINEPREFIX=$(abspath $(BUILD_WIN))/wineprefix WINEDEBUG=-all DISPLAY= \
-	  $$(grep '^FW_WINE:' $(BUILD_WIN)/CMakeCache.txt | cut -d= -f2) \
-	  $(BUILD_WIN)/bench/windows/$$b.exe $$t || exit 1; done; done
+	for t in 1 2; do \
+	  $(WINE_RUN) $(BUILD_WIN)/bench/windows/pairs_crt.exe $$t || exit 1; \
+	  $(WINE_RUN) $(BUILD_WIN)/bench/windows/pairs_freeway.exe $$t || exit 1; \
+	  $(WINE_RUN) $(BUILD_WIN)/freeway-inject.exe -- $(BUILD_WIN)/bench/windows/pairs_crt.exe $$t || exit 1; \
+	done
 
 test-sanitize: deps-san
 	tools/sanitize-tests

@@ -1,7 +1,8 @@
 // bench/windows/pairs.cpp: nanoseconds per malloc/free pair on Windows, for
 // freeway (pairs_freeway.exe, libfreeway.a linked in) and for the CRT's own
-// heap (pairs_crt.exe, the same source without it). `make bench-windows` runs
-// both under wine, one after the other.
+// heap (pairs_crt.exe, the same source without it), and pairs_crt.exe again
+// under freeway-inject.exe. `make bench-windows` runs the three under wine,
+// one after the other.
 //   pairs [threads]   (default 1; each thread runs the same loops)
 #include <windows.h>
 
@@ -70,6 +71,10 @@ int main(int argc, char** argv) {
   double sum[3] = {};
   for (int i = 0; i < threads; i++)
     for (int j = 0; j < 3; j++) sum[j] += r[i][j] / threads;
-  std::printf("%s threads=%d ns/pair: 32B %.1f  512B %.1f  mixed16-1024B %.1f\n", argv[0], threads, sum[0], sum[1], sum[2]);
+  const char* who = PAIRS_STATIC ? "freeway, linked statically"
+                    : GetModuleHandleW(L"freeway.dll") != nullptr ? "freeway.dll, injected"
+                                                                   : "the CRT's heap";
+  std::printf("%-28s threads=%d ns/pair: 32B %6.1f  512B %6.1f  mixed16-1024B %6.1f\n", who, threads, sum[0], sum[1],
+              sum[2]);
   return 0;
 }
