@@ -239,13 +239,53 @@ void set_errno_nomem() { errno = ENOMEM; }
 void set_errno_inval() { errno = EINVAL; }
 
 // --- Telemetry -------------------------------------------------------------
-// A named, pagefile-backed section `Local\<name>` (this session's namespace).
-// Its default DACL (the process token's) lets only this user, SYSTEM and
-// administrators open it. The name lives as long as a handle is open: the
-// writer keeps one until shared_unlink.
+// A named, pagefile-backed section `Local\<name>` (this session's namespace)
+// whose DACL has one entry: full access for the process's user. The name
+// lives as long as a handle is open: the writer keeps one until shared_unlink.
 namespace {
 HANDLE g_section = nullptr;
+
+// The security functions live in advapi32.dll, which freeway.dll does not
+// import: they are found when telemetry starts (never on a malloc path).
+struct Advapi {
+  BOOL(WINAPI* open_token)(HANDLE, DWORD, PHANDLE);
+  BOOL(WINAPI* token_info)(HANDLE, TOKEN_INFORMATION_CLASS, LPVOID, DWORD, PDWORD);
+  BOOL(WINAPI* init_acl)(PACL, DWORD, DWORD);
+  BOOL(WINAPI* add_allowed)(PACL, DWORD, DWORD, PSID);
+  BOOL(WINAPI* init_sd)(PSECURITY_DESCRIPTOR, DWORD);
+  BOOL(WINAPI* set_dacl)(PSECURITY_DESCRIPTOR, BOOL, PACL, BOOL);
+};
+
+template <class F>
+bool find(HMODULE m, const char* name, F* out) {
+  *out = reinterpret_cast<F>(reinterpret_cast<void*>(GetProcAddress(m, name)));
+  return *out != nullptr;
 }
+
+// Fills sa with a descriptor whose DACL allows the process's user alone
+// (storage: sd, and acl of acl_size bytes). False if any step fails.
+bool user_only(SECURITY_ATTRIBUTES* sa, SECURITY_DESCRIPTOR* sd, ACL* acl, DWORD acl_size) {
+  HMODULE m = LoadLibraryExW(L"advapi32.dll", nullptr, LOAD_LIBRARY_SEARCH_SYSTEM32);
+  Advapi a;
+  if (m == nullptr || !find(m, "OpenProcessToken", &a.open_token) || !find(m, "GetTokenInformation", &a.token_info) ||
+      !find(m, "InitializeAcl", &a.init_acl) || !find(m, "AddAccessAllowedAce", &a.add_allowed) ||
+      !find(m, "InitializeSecurityDescriptor", &a.init_sd) || !find(m, "SetSecurityDescriptorDacl", &a.set_dacl))
+    return false;
+  HANDLE token;
+  if (!a.open_token(GetCurrentProcess(), TOKEN_QUERY, &token)) return false;
+  alignas(8) unsigned char user_buf[256];
+  DWORD got = 0;
+  bool ok = a.token_info(token, TokenUser, user_buf, sizeof user_buf, &got) != 0;
+  CloseHandle(token);
+  if (!ok) return false;
+  PSID sid = reinterpret_cast<TOKEN_USER*>(user_buf)->User.Sid;
+  if (!a.init_acl(acl, acl_size, ACL_REVISION) || !a.add_allowed(acl, ACL_REVISION, GENERIC_ALL, sid) ||
+      !a.init_sd(sd, SECURITY_DESCRIPTOR_REVISION) || !a.set_dacl(sd, TRUE, acl, FALSE))
+    return false;
+  *sa = SECURITY_ATTRIBUTES{sizeof *sa, sd, FALSE};
+  return true;
+}
+}  // namespace
 
 void* shared_create(const char* name, size_t size, const char** why) {
   KeepLastError keep;
@@ -259,7 +299,14 @@ void* shared_create(const char* name, size_t size, const char** why) {
     wname[n++] = wchar_t(static_cast<unsigned char>(*p));
   }
   wname[n] = 0;
-  HANDLE h = CreateFileMappingW(INVALID_HANDLE_VALUE, nullptr, PAGE_READWRITE, DWORD(uint64_t(size) >> 32),
+  SECURITY_ATTRIBUTES sa;
+  SECURITY_DESCRIPTOR sd;
+  alignas(8) unsigned char acl[256];
+  if (!user_only(&sa, &sd, reinterpret_cast<ACL*>(acl), sizeof acl)) {
+    *why = "cannot build a security descriptor for this user";
+    return nullptr;
+  }
+  HANDLE h = CreateFileMappingW(INVALID_HANDLE_VALUE, &sa, PAGE_READWRITE, DWORD(uint64_t(size) >> 32),
                                 DWORD(size), wname);
   if (h == nullptr) {
     *why = "CreateFileMapping failed";

@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include <windows.h>
+#include <aclapi.h>
 #include <direct.h>
 #include <malloc.h>
 
@@ -594,6 +595,29 @@ TEST_CASE("telemetry: the segment is published in Local\\freeway.<pid> and remov
   CHECK(fw_telemetry_active());
   HANDLE h = OpenFileMappingW(FILE_MAP_READ, FALSE, name);  // what a reader does
   REQUIRE(h != nullptr);
+  {
+    // Its DACL: one entry, allowing this process's user.
+    PACL dacl = nullptr;
+    PSECURITY_DESCRIPTOR sd = nullptr;
+    HANDLE hs = OpenFileMappingW(READ_CONTROL, FALSE, name);
+    REQUIRE(hs != nullptr);
+    REQUIRE(GetSecurityInfo(hs, SE_KERNEL_OBJECT, DACL_SECURITY_INFORMATION, nullptr, nullptr, &dacl, nullptr, &sd) ==
+            ERROR_SUCCESS);
+    CloseHandle(hs);
+    REQUIRE(dacl != nullptr);
+    CHECK(dacl->AceCount == 1);
+    ACCESS_ALLOWED_ACE* ace = nullptr;
+    REQUIRE(GetAce(dacl, 0, reinterpret_cast<void**>(&ace)));
+    CHECK(ace->Header.AceType == ACCESS_ALLOWED_ACE_TYPE);
+    HANDLE token;
+    REQUIRE(OpenProcessToken(GetCurrentProcess(), TOKEN_QUERY, &token));
+    alignas(8) unsigned char buf[256];
+    DWORD got;
+    REQUIRE(GetTokenInformation(token, TokenUser, buf, sizeof buf, &got));
+    CloseHandle(token);
+    CHECK(EqualSid(reinterpret_cast<PSID>(&ace->SidStart), reinterpret_cast<TOKEN_USER*>(buf)->User.Sid));
+    LocalFree(sd);
+  }
   auto* hdr = static_cast<const fwt_header*>(MapViewOfFile(h, FILE_MAP_READ, 0, 0, 0));
   REQUIRE(hdr != nullptr);
   CHECK(hdr->magic == FWT_MAGIC);
