@@ -14,25 +14,29 @@
 
 namespace fw {
 
-Lab g_lab_empty;
-Lab g_lab_busy;
-Lab g_lab_dead;
+// constinit: the placeholders and the tables below are zero before any code
+// runs. malloc can be called before this file's dynamic initialisers would run
+// (another image's constructors, the Windows CRT's start-up), and a dynamic
+// initialiser running after that would zero state already in use.
+constinit Lab g_lab_empty{};
+constinit Lab g_lab_busy{};
+constinit Lab g_lab_dead{};
 FW_THREAD_SLOT_DEFINE(&g_lab_empty);
 
 namespace {
 
-std::atomic<Lab*> g_lab_table[kMaxLabs];
-std::atomic<uint32_t> g_lab_next{0};
-std::atomic<Lab*> g_lab_all{nullptr};
-std::atomic<uint64_t> g_threads_live{0}, g_threads_created{0};
-std::atomic<uint64_t> g_acquisitions{0};
+constinit std::atomic<Lab*> g_lab_table[kMaxLabs]{};
+constinit std::atomic<uint32_t> g_lab_next{0};
+constinit std::atomic<Lab*> g_lab_all{nullptr};
+constinit std::atomic<uint64_t> g_threads_live{0}, g_threads_created{0};
+constinit std::atomic<uint64_t> g_acquisitions{0};
 
 struct IdleLink {
   std::atomic<uint32_t>& operator()(uint32_t i) const {
     return g_lab_table[i].load(std::memory_order_relaxed)->idle_next;
   }
 };
-TaggedStack<IdleLink> g_idle;
+constinit TaggedStack<IdleLink> g_idle;
 
 Lab* lab_new() {
   uint32_t id = g_lab_next.fetch_add(1, std::memory_order_relaxed);
