@@ -12,14 +12,14 @@
 // the trampolines (crt.h). Aliases (an export at the same address as one
 // already patched, such as _o_malloc or _malloc_base where the CRT makes them
 // one function) are patched once. The DLL pins itself: its blocks outlive any
-// FreeLibrary.
+// FreeLibrary. It imports kernel32 alone: dll_runtime.cpp is its C runtime.
 #ifndef WIN32_LEAN_AND_MEAN
 #define WIN32_LEAN_AND_MEAN
 #endif
 #include <windows.h>
 #include <winternl.h>
 
-#include <cstring>
+#include <cstring>  // memcpy (dll_runtime.cpp's)
 
 #include "core/options.h"
 #include "core/report.h"
@@ -155,7 +155,9 @@ void patch_module(HMODULE m, const wchar_t* name) {
   for (int t = 0; t < kTargetCount; t++)
     for (int twin = 0; twin < 2; twin++) {
       char export_name[64] = "_o_";
-      std::strncpy(export_name + (twin ? 3 : 0), kTargets[t].name, sizeof export_name - 4);
+      size_t at = twin ? 3 : 0;
+      for (const char* c = kTargets[t].name; *c != 0 && at + 1 < sizeof export_name; c++) export_name[at++] = *c;
+      export_name[at] = 0;
       void* entry = reinterpret_cast<void*>(GetProcAddress(m, export_name));
       if (entry == nullptr) continue;
       bool alias = false;
@@ -202,8 +204,9 @@ using NotificationFn = VOID(CALLBACK*)(ULONG reason, const DllLoaded* data, void
 using RegisterFn = LONG(NTAPI*)(ULONG flags, NotificationFn fn, void* ctx, void** cookie);
 
 bool same_name(const UNICODE_STRING* s, const wchar_t* name) {
-  size_t n = s->Length / sizeof(wchar_t);
-  if (wcslen(name) != n) return false;
+  size_t n = s->Length / sizeof(wchar_t), len = 0;
+  while (name[len] != 0) len++;
+  if (len != n) return false;
   for (size_t i = 0; i < n; i++) {
     wchar_t a = s->Buffer[i], b = name[i];
     if (a >= L'A' && a <= L'Z') a = wchar_t(a + 32);
@@ -218,11 +221,24 @@ VOID CALLBACK on_dll_event(ULONG reason, const DllLoaded* data, void*) {
     if (same_name(data->base_name, name)) patch_module(static_cast<HMODULE>(data->base), name);
 }
 
+extern "C" int* (__cdecl* fw_crt_errno)();  // dll_runtime.cpp
+
 void take_over(HMODULE self) {
   HMODULE pinned;
   GetModuleHandleExW(GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | GET_MODULE_HANDLE_EX_FLAG_PIN,
                      reinterpret_cast<LPCWSTR>(&take_over), &pinned);
   (void)self;
+  // errno is the program's CRT's (its _errno is not patched): msvcrt's, or
+  // the universal CRT's when the program has no msvcrt.
+  static const wchar_t* const kErrnoFrom[] = {L"msvcrt.dll", L"ucrtbase.dll"};
+  for (const wchar_t* name : kErrnoFrom)
+    if (HMODULE m = GetModuleHandleW(name)) {
+      auto e = reinterpret_cast<int* (__cdecl*)()>(reinterpret_cast<void*>(GetProcAddress(m, "_errno")));
+      if (e != nullptr) {
+        fw_crt_errno = e;
+        break;
+      }
+    }
   for (const wchar_t* name : kCrtNames)
     if (HMODULE m = GetModuleHandleW(name)) patch_module(m, name);
   auto reg = reinterpret_cast<RegisterFn>(
@@ -234,7 +250,8 @@ void take_over(HMODULE self) {
 
 }  // namespace
 
-extern "C" BOOL WINAPI DllMain(HINSTANCE self, DWORD reason, LPVOID) {
-  if (reason == DLL_PROCESS_ATTACH) take_over(self);
+// Called by the DLL's entry point (dll_runtime.cpp) after its constructors.
+BOOL fw_dll_attach(HINSTANCE self) {
+  take_over(self);
   return TRUE;
 }

@@ -739,6 +739,7 @@ TEST_CASE("injection: an msvcrt C program; _strdup, _getcwd, fopen and malloc ar
   CHECK(has(inj.err, "_getcwd: freeway"));
   CHECK(has(inj.err, "malloc: freeway"));
   CHECK(has(inj.err, "_aligned_malloc: freeway"));
+  CHECK(has(inj.out, "huge malloc: null, errno ENOMEM: yes"));  // the program's errno
   CHECK(!has(inj.err, "not freeway"));
   CHECK(!has(inj.err, "cannot patch"));
 }

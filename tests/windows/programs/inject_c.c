@@ -6,6 +6,7 @@
  *   inject_c [wait]   wait: print "ready", then wait for a line on stdin
  *                      (the test injects with --pid meanwhile) */
 #include <direct.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,11 @@ int main(int argc, char** argv) {
   free(cwd);
   free(m);
   _aligned_free(a);
+  /* Out of memory: NULL, and ENOMEM in the errno this program reads. */
+  errno = 0;
+  volatile size_t too_big = (size_t)-4096;
+  void* huge = malloc(too_big);
+  printf("huge malloc: %s, errno ENOMEM: %s\n", huge ? "not null" : "null", errno == ENOMEM ? "yes" : "no");
   long total = 0;
   for (int i = 0; i < 100000; i++) {
     char* p = (char*)malloc((size_t)(i % 300) + 1);
