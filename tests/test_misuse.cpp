@@ -353,6 +353,34 @@ TEST_CASE("misuse: free_sized of a large block with a size larger than it aborts
   });
 }
 
+// new[] of a type with a destructor stores the element count (the array
+// cookie) before the elements, so the pointer the program holds is inside the
+// block. Releasing it with delete (not delete[]) or free passes that interior
+// pointer, and freeway stops: the family mismatch is caught at no cost. (For
+// types without a destructor new and new[] make the same block, and freeway
+// cannot tell which one a program used.)
+struct WithDestructor {
+  char bytes[256];
+  ~WithDestructor() { launder(this); }
+};
+const std::initializer_list<const char*> kMismatch = {"sized free", "not the start of a block"};
+
+TEST_CASE("misuse: delete of a new[] array of a type with a destructor aborts") {
+  expect_abort("delete p, p = new T[2] (T has a destructor)", kMismatch, [] {
+    WithDestructor* p = new WithDestructor[2];
+    announce(p);
+    delete static_cast<WithDestructor*>(launder(p));
+  });
+}
+
+TEST_CASE("misuse: free of a new[] array of a type with a destructor aborts") {
+  expect_abort("free(p), p = new T[2] (T has a destructor)", kMismatch, [] {
+    WithDestructor* p = new WithDestructor[2];
+    announce(p);
+    std::free(launder(p));
+  });
+}
+
 TEST_CASE("sized frees with the sizes programs legitimately pass go through") {
   // Exact sizes, sizes after realloc kept the block, calloc, aligned new and
   // delete, large blocks, and NULL: none of these may stop the process.
