@@ -3,37 +3,82 @@
 // The throwing forms follow the standard: on failure call the installed
 // new_handler and try again, or throw std::bad_alloc when there is none. The
 // nothrow forms return nullptr where the throwing form would throw, including
-// when the handler itself throws. This file is the one place in freeway built
-// with exceptions (the standard requires them here); the core has none.
+// when the handler itself throws.
+//
+// Without a dependency on the C++ runtime. libfreeway.so must not pull
+// libstdc++ (and with it libm and libgcc_s: about 1.2 MiB of resident memory)
+// into every C program it is preloaded into. So the runtime's functions are
+// weak references, resolved when the program has the runtime loaded, which any
+// program that calls operator new has: std::get_new_handler, and
+// std::__throw_bad_alloc to throw. A nothrow form whose handler might throw
+// hands the request to the runtime's own nothrow operator new (found with
+// dlsym(RTLD_NEXT)), which calls this file's throwing form inside its try
+// block and turns std::bad_alloc into nullptr. This file is built without
+// exceptions: it throws and catches nothing itself, and the unwind tables
+// every x86-64 function has let an exception pass through it.
 #include <cstddef>
 #include <new>
+#if defined(_WIN32)
+#include <bits/functexcept.h>  // std::__throw_bad_alloc
+#else
+#include <dlfcn.h>
+#endif
 
-
+#include "core/report.h"
 #include "freeway.h"
 
 extern "C" int freeway_override_anchor;
+
+#if !defined(_WIN32)
+// The C++ runtime's, if loaded (weak: null otherwise).
+extern "C" std::new_handler fw_cxx_get_new_handler() __asm__("_ZSt15get_new_handlerv") __attribute__((weak));
+extern "C" [[noreturn]] void fw_cxx_throw_bad_alloc() __asm__("_ZSt17__throw_bad_allocv") __attribute__((weak));
+#endif
 
 namespace {
 
 __attribute__((used)) int* const g_pull_overrides = &freeway_override_anchor;
 
+#if defined(_WIN32)
+// Windows: libfreeway.a is linked into the program with its C++ runtime.
+std::new_handler new_handler() { return std::get_new_handler(); }
+[[noreturn]] void throw_bad_alloc() { std::__throw_bad_alloc(); }
+void* runtime_nothrow(const char*) { return nullptr; }
+#else
+std::new_handler new_handler() { return fw_cxx_get_new_handler != nullptr ? fw_cxx_get_new_handler() : nullptr; }
+
+[[noreturn]] void throw_bad_alloc() {
+  if (fw_cxx_throw_bad_alloc != nullptr) fw_cxx_throw_bad_alloc();
+  fw::report_misuse("operator new: out of memory, and no C++ runtime loaded to throw std::bad_alloc; at", nullptr);
+}
+
+// The C++ runtime's own nothrow form of the operator (its try/catch around
+// our throwing form); nullptr when the runtime is not there to ask.
+void* runtime_nothrow(const char* symbol) { return dlsym(RTLD_NEXT, symbol); }
+#endif
+
 void* new_or_throw(size_t n, size_t align) {
   for (;;) {
     void* p = align ? fw_malloc_aligned(align, n) : fw_malloc(n);
     if (p != nullptr) return p;
-    std::new_handler h = std::get_new_handler();
-    if (h == nullptr) throw std::bad_alloc();
+    std::new_handler h = new_handler();
+    if (h == nullptr) throw_bad_alloc();
     h();
   }
 }
 
-void* new_nothrow(size_t n, size_t align) noexcept {
+template <class... Args>
+void* new_nothrow(size_t n, size_t align, const char* symbol, Args... extra) noexcept {
   void* p = align ? fw_malloc_aligned(align, n) : fw_malloc(n);
-  if (p != nullptr || std::get_new_handler() == nullptr) return p;
-  try {
-    return new_or_throw(n, align);
-  } catch (...) {
-    return nullptr;
+  if (p != nullptr || new_handler() == nullptr) return p;
+  // A handler is installed and may throw: the runtime's nothrow form calls our
+  // throwing form inside its try block.
+  if (void* f = runtime_nothrow(symbol)) return reinterpret_cast<void* (*)(size_t, Args...)>(f)(n, extra...);
+  for (;;) {  // no runtime nothrow form to be found: call the handler ourselves
+    if (std::new_handler h = new_handler()) h();
+    else return nullptr;
+    p = align ? fw_malloc_aligned(align, n) : fw_malloc(n);
+    if (p != nullptr) return p;
   }
 }
 
@@ -45,12 +90,20 @@ using std::nothrow_t;
 
 FW_NEW void* operator new(size_t n) { return new_or_throw(n, 0); }
 FW_NEW void* operator new[](size_t n) { return new_or_throw(n, 0); }
-FW_NEW void* operator new(size_t n, const nothrow_t&) noexcept { return new_nothrow(n, 0); }
-FW_NEW void* operator new[](size_t n, const nothrow_t&) noexcept { return new_nothrow(n, 0); }
+FW_NEW void* operator new(size_t n, const nothrow_t& t) noexcept {
+  return new_nothrow(n, 0, "_ZnwmRKSt9nothrow_t", &t);
+}
+FW_NEW void* operator new[](size_t n, const nothrow_t& t) noexcept {
+  return new_nothrow(n, 0, "_ZnamRKSt9nothrow_t", &t);
+}
 FW_NEW void* operator new(size_t n, align_val_t a) { return new_or_throw(n, size_t(a)); }
 FW_NEW void* operator new[](size_t n, align_val_t a) { return new_or_throw(n, size_t(a)); }
-FW_NEW void* operator new(size_t n, align_val_t a, const nothrow_t&) noexcept { return new_nothrow(n, size_t(a)); }
-FW_NEW void* operator new[](size_t n, align_val_t a, const nothrow_t&) noexcept { return new_nothrow(n, size_t(a)); }
+FW_NEW void* operator new(size_t n, align_val_t a, const nothrow_t& t) noexcept {
+  return new_nothrow(n, size_t(a), "_ZnwmSt11align_val_tRKSt9nothrow_t", a, &t);
+}
+FW_NEW void* operator new[](size_t n, align_val_t a, const nothrow_t& t) noexcept {
+  return new_nothrow(n, size_t(a), "_ZnamSt11align_val_tRKSt9nothrow_t", a, &t);
+}
 
 FW_NEW void operator delete(void* p) noexcept { fw_free(p); }
 FW_NEW void operator delete[](void* p) noexcept { fw_free(p); }
