@@ -14,7 +14,11 @@
 namespace fw {
 namespace {
 
-constexpr uint32_t kCarveBytes = 16 * 1024;  // blocks carved per refill, in bytes
+// Blocks carved per refill: as many bytes as the span has carved so far (the
+// batch doubles), at least a page and at most kCarveMaxBytes. A class a
+// program uses a few times touches one page of its span, not 16 KiB; a busy
+// class reaches full batches after two refills.
+constexpr uint32_t kCarveMaxBytes = 16 * 1024;
 
 // One CAS on the anchor. Success is release (publishes the block links and the
 // owner's writes); failure reloads with acquire.
@@ -158,7 +162,10 @@ void* span_carve(Span* s) {
   uint32_t capacity = s->capacity.load(std::memory_order_relaxed);
   if (carved >= capacity) return nullptr;
   uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
-  uint32_t n = kCarveBytes / bsize;
+  uint64_t bytes = uint64_t(carved) * bsize;
+  if (bytes < os::page_size()) bytes = os::page_size();
+  if (bytes > kCarveMaxBytes) bytes = kCarveMaxBytes;
+  uint32_t n = uint32_t(bytes / bsize);
   if (n == 0) n = 1;
   if (n > capacity - carved) n = capacity - carved;
   char* first = reinterpret_cast<char*>(span_base(s)) + size_t(carved) * bsize;
