@@ -178,6 +178,35 @@ std::string validate_snapshot(const Snapshot& s, uint32_t lab_capacity) {
 
 Segment::~Segment() = default;
 
+std::unique_ptr<Segment> Segment::adopt(std::unique_ptr<Impl> impl, bool runs, std::string* err) {
+  std::unique_ptr<Segment> s(new Segment);
+  s->impl_ = std::move(impl);
+  Impl& I = *s->impl_;
+  I.live = true;
+  const std::string& label = I.label;
+  // A stopped publisher zeroes the magic: say so before calling it corrupt.
+  if (load_acquire(I.base + offsetof(fwt_header, magic)) == 0) {
+    *err = runs ? label + " publishes no telemetry (start it with FREEWAY_TELEMETRY=1)"
+                : label + ": stale segment (the process has exited)";
+    return nullptr;
+  }
+  if (!I.init(I.mapped, err)) return nullptr;
+  if (I.header.pid != I.pid) {
+    *err = label + ": the segment names pid " + std::to_string(I.header.pid);
+    return nullptr;
+  }
+  if (!same_process(I.pid, I.start_ticks)) {
+    *err = label + ": stale segment (the process has exited)";
+    return nullptr;
+  }
+  return s;
+}
+
+bool Segment::alive() const {
+  if (!impl_->live) return true;
+  return same_process(impl_->pid, impl_->start_ticks);
+}
+
 std::unique_ptr<Segment> Segment::from_bytes(std::vector<uint8_t> bytes, std::string* err) {
   std::unique_ptr<Segment> s(new Segment);
   s->impl_ = std::make_unique<Impl>();

@@ -60,6 +60,10 @@ class Segment {
  private:
   Segment() = default;
   struct Impl;
+  // The end of attach on every OS: impl holds the mapped view of pid's
+  // segment (runs: whether pid runs); checks its header, its pid and that the
+  // process is the one that made it.
+  static std::unique_ptr<Segment> adopt(std::unique_ptr<Impl> impl, bool runs, std::string* err);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -94,6 +94,9 @@ std::string validate_counts(const fwt_process& p, const Layout& L);
 struct OsView {
   intptr_t handle = -1;
 };
+// Whether pid runs and is the process whose start time, in the OS's units
+// (the writer's process_start_ticks), is start_ticks.
+bool same_process(uint64_t pid, uint64_t start_ticks);
 // Unmaps base (mapped bytes) and closes the handle.
 void os_view_close(OsView& v, const uint8_t* base, size_t mapped);
 // Whether the segment still holds segment_size bytes (POSIX: a file can be

@@ -105,15 +105,6 @@ bool pid_runs(uint64_t pid) {
   return true;  // no /proc: kill() is all there is
 }
 
-// Whether pid runs and is the process whose start time is start_ticks.
-bool same_process(uint64_t pid, uint64_t start_ticks) {
-  if (!pid_runs(pid)) return false;
-  char state = 0;
-  uint64_t t = 0;
-  if (!read_proc_stat(pid, &state, &t)) return false;
-  return t == start_ticks;
-}
-
 // Parses "freeway.<digits>" into pid; false for any other name.
 bool parse_segment_name(const char* name, uint64_t* pid) {
   static const char kPrefix[] = "freeway.";
@@ -151,6 +142,14 @@ bool process_start_ticks(uint64_t pid, uint64_t* ticks) {
 }
 
 namespace detail {
+
+bool same_process(uint64_t pid, uint64_t start_ticks) {
+  if (!pid_runs(pid)) return false;
+  char state = 0;
+  uint64_t t = 0;
+  if (!read_proc_stat(pid, &state, &t)) return false;
+  return t == start_ticks;
+}
 
 void os_view_close(OsView& v, const uint8_t* base, size_t mapped) {
   munmap(const_cast<uint8_t*>(base), mapped);
@@ -260,32 +259,14 @@ std::unique_ptr<Segment> Segment::attach(uint64_t pid, std::string* err, const s
     *err = label + ": cannot map " + path + ": " + std::strerror(e);
     return nullptr;
   }
-  std::unique_ptr<Segment> s(new Segment);
-  s->impl_ = std::make_unique<Impl>();
-  Impl& I = *s->impl_;
-  I.os.handle = fd;
-  I.base = static_cast<const uint8_t*>(m);
-  I.mapped = len;
-  I.path = path;
-  I.label = label;
-  I.pid = pid;
-  I.live = true;
-  // A stopped publisher zeroes the magic: say so before calling it corrupt.
-  if (load_acquire(I.base + offsetof(fwt_header, magic)) == 0) {
-    *err = runs ? label + " publishes no telemetry (start it with FREEWAY_TELEMETRY=1)"
-                : label + ": stale segment (the process has exited)";
-    return nullptr;
-  }
-  if (!I.init(len, err)) return nullptr;
-  if (I.header.pid != pid) {
-    *err = label + ": the segment names pid " + std::to_string(I.header.pid);
-    return nullptr;
-  }
-  if (!same_process(pid, I.start_ticks)) {
-    *err = label + ": stale segment (the process has exited)";
-    return nullptr;
-  }
-  return s;
+  auto I = std::make_unique<Impl>();
+  I->os.handle = fd;
+  I->base = static_cast<const uint8_t*>(m);
+  I->mapped = len;
+  I->path = path;
+  I->label = label;
+  I->pid = pid;
+  return adopt(std::move(I), runs, err);
 }
 
 bool Segment::take(Snapshot* out, std::string* err) {
@@ -308,11 +289,6 @@ bool Segment::take(Snapshot* out, std::string* err) {
     ~Unguard() { t_bus_guard = nullptr; }
   } unguard;
   return I.take_guarded(&scratch, out, err);
-}
-
-bool Segment::alive() const {
-  if (!impl_->live) return true;
-  return same_process(impl_->pid, impl_->start_ticks);
 }
 
 }  // namespace fwi

@@ -46,11 +46,6 @@ bool pid_runs(uint64_t pid) {
   return runs;
 }
 
-bool same_process(uint64_t pid, uint64_t start_ticks) {
-  uint64_t t = 0;
-  return pid_runs(pid) && creation_time(pid, &t) && t == start_ticks;
-}
-
 // Maps pid's section read-only: the view and its size (whole pages).
 bool map_section(uint64_t pid, HANDLE* section, const uint8_t** base, size_t* size) {
   HANDLE h = OpenFileMappingW(FILE_MAP_READ, FALSE, section_name(pid).c_str());
@@ -73,6 +68,11 @@ bool map_section(uint64_t pid, HANDLE* section, const uint8_t** base, size_t* si
 bool process_start_ticks(uint64_t pid, uint64_t* ticks) { return creation_time(pid, ticks); }
 
 namespace detail {
+
+bool same_process(uint64_t pid, uint64_t start_ticks) {
+  uint64_t t = 0;
+  return pid_runs(pid) && creation_time(pid, &t) && t == start_ticks;
+}
 
 void os_view_close(OsView& v, const uint8_t* base, size_t) {
   UnmapViewOfFile(base);
@@ -151,40 +151,19 @@ std::unique_ptr<Segment> Segment::attach(uint64_t pid, std::string* err, const s
       *err = label + " publishes no telemetry (start it with FREEWAY_TELEMETRY=1)";
     return nullptr;
   }
-  std::unique_ptr<Segment> s(new Segment);
-  s->impl_ = std::make_unique<Impl>();
-  Impl& I = *s->impl_;
-  I.os.handle = reinterpret_cast<intptr_t>(h);
-  I.base = base;
-  I.mapped = size;
-  I.path = "Local\\freeway." + std::to_string(pid);
-  I.label = label;
-  I.pid = pid;
-  I.live = true;
-  if (load_acquire(I.base + offsetof(fwt_header, magic)) == 0) {
-    *err = label + " publishes no telemetry (it stopped publishing)";
-    return nullptr;
-  }
-  if (!I.init(size, err)) return nullptr;
-  if (I.header.pid != pid) {
-    *err = label + ": the segment names pid " + std::to_string(I.header.pid);
-    return nullptr;
-  }
-  if (!same_process(pid, I.start_ticks)) {
-    *err = label + ": the segment's process has exited";
-    return nullptr;
-  }
-  return s;
+  auto I = std::make_unique<Impl>();
+  I->os.handle = reinterpret_cast<intptr_t>(h);
+  I->base = base;
+  I->mapped = size;
+  I->path = "Local\\freeway." + std::to_string(pid);
+  I->label = label;
+  I->pid = pid;
+  return adopt(std::move(I), runs, err);
 }
 
 bool Segment::take(Snapshot* out, std::string* err) {
   Snapshot scratch;
   return impl_->take_guarded(&scratch, out, err);
-}
-
-bool Segment::alive() const {
-  if (!impl_->live) return true;
-  return same_process(impl_->pid, impl_->start_ticks);
 }
 
 }  // namespace fwi
