@@ -19,21 +19,12 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include "rng.h"  // fwtest::Rng
+
 namespace fwtest {
 
 // ---------------------------------------------------------------------------
 // Randomness, time, output.
-
-// xorshift64: deterministic per seed, so each thread has its own generator.
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  }
-};
 
 // CLOCK_MONOTONIC in nanoseconds (no allocation).
 inline uint64_t now_ns() {

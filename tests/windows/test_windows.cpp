@@ -26,21 +26,14 @@
 #include "freeway_telemetry.h"
 #include "platform/os.h"
 #include "shim/windows/patch.h"
+#include "tests/rng.h"
 
 // msvcrt exports it; mingw's headers declare it only for newer CRT versions.
 extern "C" size_t __cdecl _aligned_msize(void* p, size_t alignment, size_t offset);
 
 namespace {
 
-struct Rng {  // xorshift64: deterministic per seed
-  uint64_t s;
-  uint64_t next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  }
-};
+using fwtest::Rng;
 
 bool aligned_to(const void* p, size_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
 

@@ -29,21 +29,13 @@
 #include "inspector/model/recording.h"
 #include "inspector/model/segment.h"
 #include "tests/inspector_model/segment_builder.h"
+#include "tests/rng.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
 namespace {
 
-struct Rng {  // xorshift64: the same stream for the same seed
-  uint64_t s;
-  uint64_t next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  }
-  uint64_t below(uint64_t n) { return n == 0 ? 0 : next() % n; }
-};
+using fwtest::Rng;
 
 std::vector<uint8_t> slurp(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);

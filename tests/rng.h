@@ -1,0 +1,20 @@
+// tests/rng.h: the tests' random numbers, header-only and portable (the
+// Windows suite uses it too): xorshift64, the same stream for the same seed,
+// so a failing run repeats and each thread can have a generator of its own.
+#pragma once
+#include <cstdint>
+
+namespace fwtest {
+
+struct Rng {
+  uint64_t s;  // any non-zero seed
+  uint64_t next() {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+  }
+  uint64_t below(uint64_t n) { return n == 0 ? 0 : next() % n; }
+};
+
+}  // namespace fwtest
