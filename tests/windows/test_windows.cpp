@@ -4,7 +4,7 @@
 // The program links libfreeway.a, so this file is also the static-link test:
 // malloc, the CRT's own names and operator new in it are freeway's, while the
 // CRT (msvcrt.dll) still allocates inside itself from its own heap.
-// Mode "--child <what>" runs one misuse in a child process (see run_child).
+// Mode "--child <what>" runs one misuse (or publishes telemetry) in a child process.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -48,39 +48,103 @@ uint64_t threads_live() {
   return st.threads_live;
 }
 
-// Runs this program again with "--child what", returns its exit code and stderr.
-DWORD run_child(const char* what, std::string* err) {
+// This program's directory, where the build puts freeway.dll, freeway-inject.exe
+// and the programs injected into (tests/windows/CMakeLists.txt).
+std::wstring here() {
   wchar_t self[MAX_PATH];
-  GetModuleFileNameW(nullptr, self, MAX_PATH);
-  std::wstring cmd = L"\"" + std::wstring(self) + L"\" --child ";
-  for (const char* c = what; *c; c++) cmd += wchar_t(*c);
+  DWORD n = GetModuleFileNameW(nullptr, self, MAX_PATH);
+  std::wstring s(self, n);
+  return s.substr(0, s.find_last_of(L"\\/") + 1);
+}
+
+struct Child {
+  HANDLE process = nullptr, in = nullptr, out = nullptr, err = nullptr;
+  DWORD pid = 0;
+};
+
+Child start(const std::wstring& cmd) {
+  Child c;
   SECURITY_ATTRIBUTES sa{sizeof sa, nullptr, TRUE};
-  HANDLE rd, wr;
-  CreatePipe(&rd, &wr, &sa, 0);
-  SetHandleInformation(rd, HANDLE_FLAG_INHERIT, 0);
+  HANDLE in_r, out_w, err_w;
+  CreatePipe(&in_r, &c.in, &sa, 0);
+  CreatePipe(&c.out, &out_w, &sa, 1 << 20);
+  CreatePipe(&c.err, &err_w, &sa, 1 << 20);
+  for (HANDLE h : {c.in, c.out, c.err}) SetHandleInformation(h, HANDLE_FLAG_INHERIT, 0);
   STARTUPINFOW si{};
   si.cb = sizeof si;
   si.dwFlags = STARTF_USESTDHANDLES;
-  si.hStdError = wr;
-  si.hStdOutput = wr;
-  si.hStdInput = GetStdHandle(STD_INPUT_HANDLE);
+  si.hStdInput = in_r;
+  si.hStdOutput = out_w;
+  si.hStdError = err_w;
   PROCESS_INFORMATION pi{};
-  std::vector<wchar_t> line(cmd.begin(), cmd.end());
-  line.push_back(0);
-  BOOL ok = CreateProcessW(nullptr, line.data(), nullptr, nullptr, TRUE, 0, nullptr, nullptr, &si, &pi);
-  CloseHandle(wr);
-  if (!ok) return DWORD(-1);
+  std::wstring line = cmd;
+  std::wstring dir = here();
+  if (CreateProcessW(nullptr, line.data(), nullptr, nullptr, TRUE, 0, nullptr, dir.c_str(), &si, &pi)) {
+    c.process = pi.hProcess;
+    c.pid = pi.dwProcessId;
+    CloseHandle(pi.hThread);
+  }
+  CloseHandle(in_r);
+  CloseHandle(out_w);
+  CloseHandle(err_w);
+  return c;
+}
+
+std::string read_all(HANDLE h) {
+  std::string s;
   char buf[4096];
   DWORD n;
-  while (ReadFile(rd, buf, sizeof buf, &n, nullptr) && n > 0) err->append(buf, n);
-  CloseHandle(rd);
-  WaitForSingleObject(pi.hProcess, 60000);
-  DWORD code = 0;
-  GetExitCodeProcess(pi.hProcess, &code);
-  CloseHandle(pi.hProcess);
-  CloseHandle(pi.hThread);
-  return code;
+  while (ReadFile(h, buf, sizeof buf, &n, nullptr) && n > 0) s.append(buf, n);
+  return s;
 }
+
+struct Ran {
+  DWORD code = DWORD(-1);
+  std::string out, err;
+};
+
+Ran finish(Child& c) {
+  Ran r;
+  CloseHandle(c.in);
+  r.out = read_all(c.out);
+  r.err = read_all(c.err);
+  if (c.process != nullptr) {
+    WaitForSingleObject(c.process, 120000);
+    GetExitCodeProcess(c.process, &r.code);
+    CloseHandle(c.process);
+  }
+  CloseHandle(c.out);
+  CloseHandle(c.err);
+  return r;
+}
+
+Ran run(const std::wstring& cmd, const char* input = nullptr) {
+  Child c = start(cmd);
+  DWORD wrote;
+  if (input != nullptr) WriteFile(c.in, input, DWORD(std::strlen(input)), &wrote, nullptr);
+  return finish(c);
+}
+
+std::wstring injected(const std::wstring& program) { return L"\"" + here() + L"freeway-inject.exe\" -- " + program; }
+
+bool has(const std::string& text, const char* what) { return text.find(what) != std::string::npos; }
+
+// Runs program alone and under freeway-inject.exe: both exit 0 with the same
+// stdout, and alone it reports nothing (it reports only with freeway.dll in
+// it). Returns the injected run, whose stderr says what freeway served.
+Ran plain_and_injected(const std::wstring& program) {
+  Ran plain = run(program);
+  Ran inj = run(injected(program));
+  CAPTURE(plain.out);
+  CAPTURE(inj.err);
+  CHECK(plain.code == 0);
+  CHECK(inj.code == 0);
+  CHECK(!plain.out.empty());
+  CHECK(plain.out == inj.out);
+  CHECK(plain.err.empty());
+  return inj;
+}
+
 
 // The misuses a child commits; each must stop it with freeway's message.
 #pragma GCC diagnostic ignored "-Wfree-nonheap-object"
@@ -634,100 +698,9 @@ TEST_CASE("telemetry: the segment is published in Local\\freeway.<pid> and remov
 
 // --- Injection: freeway-inject.exe and freeway.dll -------------------------
 
-namespace {
-
-// This program's directory, where the build puts freeway.dll, freeway-inject.exe
-// and the programs injected into (tests/windows/CMakeLists.txt).
-std::wstring here() {
-  wchar_t self[MAX_PATH];
-  DWORD n = GetModuleFileNameW(nullptr, self, MAX_PATH);
-  std::wstring s(self, n);
-  return s.substr(0, s.find_last_of(L"\\/") + 1);
-}
-
-struct Child {
-  HANDLE process = nullptr, in = nullptr, out = nullptr, err = nullptr;
-  DWORD pid = 0;
-};
-
-Child start(const std::wstring& cmd) {
-  Child c;
-  SECURITY_ATTRIBUTES sa{sizeof sa, nullptr, TRUE};
-  HANDLE in_r, out_w, err_w;
-  CreatePipe(&in_r, &c.in, &sa, 0);
-  CreatePipe(&c.out, &out_w, &sa, 1 << 20);
-  CreatePipe(&c.err, &err_w, &sa, 1 << 20);
-  for (HANDLE h : {c.in, c.out, c.err}) SetHandleInformation(h, HANDLE_FLAG_INHERIT, 0);
-  STARTUPINFOW si{};
-  si.cb = sizeof si;
-  si.dwFlags = STARTF_USESTDHANDLES;
-  si.hStdInput = in_r;
-  si.hStdOutput = out_w;
-  si.hStdError = err_w;
-  PROCESS_INFORMATION pi{};
-  std::wstring line = cmd;
-  std::wstring dir = here();
-  if (CreateProcessW(nullptr, line.data(), nullptr, nullptr, TRUE, 0, nullptr, dir.c_str(), &si, &pi)) {
-    c.process = pi.hProcess;
-    c.pid = pi.dwProcessId;
-    CloseHandle(pi.hThread);
-  }
-  CloseHandle(in_r);
-  CloseHandle(out_w);
-  CloseHandle(err_w);
-  return c;
-}
-
-std::string read_all(HANDLE h) {
-  std::string s;
-  char buf[4096];
-  DWORD n;
-  while (ReadFile(h, buf, sizeof buf, &n, nullptr) && n > 0) s.append(buf, n);
-  return s;
-}
-
-struct Ran {
-  DWORD code = DWORD(-1);
-  std::string out, err;
-};
-
-Ran finish(Child& c) {
-  Ran r;
-  CloseHandle(c.in);
-  r.out = read_all(c.out);
-  r.err = read_all(c.err);
-  if (c.process != nullptr) {
-    WaitForSingleObject(c.process, 120000);
-    GetExitCodeProcess(c.process, &r.code);
-    CloseHandle(c.process);
-  }
-  CloseHandle(c.out);
-  CloseHandle(c.err);
-  return r;
-}
-
-Ran run(const std::wstring& cmd, const char* input = nullptr) {
-  Child c = start(cmd);
-  DWORD wrote;
-  if (input != nullptr) WriteFile(c.in, input, DWORD(std::strlen(input)), &wrote, nullptr);
-  return finish(c);
-}
-
-std::wstring injected(const std::wstring& program) { return L"\"" + here() + L"freeway-inject.exe\" -- " + program; }
-
-bool has(const std::string& text, const char* what) { return text.find(what) != std::string::npos; }
-
-}  // namespace
-
 TEST_CASE("injection: an msvcrt C program; _strdup, _getcwd, fopen and malloc are served by freeway") {
-  Ran plain = run(L"inject_c.exe");
-  Ran inj = run(injected(L"inject_c.exe"));
+  Ran inj = plain_and_injected(L"inject_c.exe");
   CAPTURE(inj.err);
-  CHECK(plain.code == 0);
-  CHECK(inj.code == 0);
-  CHECK(!plain.out.empty());
-  CHECK(plain.out == inj.out);
-  CHECK(plain.err.empty());  // without freeway.dll the program reports nothing
   CHECK(has(inj.err, "_strdup: freeway"));
   CHECK(has(inj.err, "_getcwd: freeway"));
   CHECK(has(inj.err, "malloc: freeway"));
@@ -738,12 +711,8 @@ TEST_CASE("injection: an msvcrt C program; _strdup, _getcwd, fopen and malloc ar
 }
 
 TEST_CASE("injection: a C++ program; new, new[] and std::string are served by freeway") {
-  Ran plain = run(L"inject_cpp.exe");
-  Ran inj = run(injected(L"inject_cpp.exe"));
+  Ran inj = plain_and_injected(L"inject_cpp.exe");
   CAPTURE(inj.err);
-  CHECK(plain.code == 0);
-  CHECK(inj.code == 0);
-  CHECK(plain.out == inj.out);
   CHECK(has(inj.err, "new: freeway"));
   CHECK(has(inj.err, "string data: freeway"));
   CHECK(has(inj.err, "new[]: freeway"));
@@ -751,13 +720,8 @@ TEST_CASE("injection: a C++ program; new, new[] and std::string are served by fr
 }
 
 TEST_CASE("injection: ucrtbase and a CRT loaded after start (msvcr120) are patched too") {
-  Ran plain = run(L"inject_crts.exe");
-  Ran inj = run(injected(L"inject_crts.exe"));
-  CAPTURE(plain.out);
+  Ran inj = plain_and_injected(L"inject_crts.exe");
   CAPTURE(inj.err);
-  CHECK(plain.code == 0);
-  CHECK(inj.code == 0);
-  CHECK(plain.out == inj.out);
   CHECK(has(inj.err, "ucrtbase.dll malloc: freeway"));
   CHECK(has(inj.err, "ucrtbase.dll _strdup: freeway"));
   CHECK(has(inj.err, "msvcr120.dll malloc: freeway"));
@@ -885,11 +849,12 @@ TEST_CASE("misuse stops the process with a message") {
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);
-    std::string err;
-    DWORD code = run_child(c.what, &err);
-    CAPTURE(err);
-    CHECK(code != 0);
-    CHECK(err.find(c.message) != std::string::npos);
+    std::wstring cmd = L"test_windows.exe --child ";
+    for (const char* ch = c.what; *ch; ch++) cmd += wchar_t(*ch);
+    Ran child = run(cmd);
+    CAPTURE(child.err);
+    CHECK(child.code != 0);
+    CHECK(child.err.find(c.message) != std::string::npos);
   }
 }
 
