@@ -343,18 +343,24 @@ def case_gui_live_screenshot():
     c.exit()
 
 
+def replay_screenshot(rec, name, what):
+    """The GUI on recording rec, 5 frames into TMP/name: exit 0, and at least
+    three span-state colours in 400+ pixels each."""
+    png = os.path.join(TMP, name)
+    code, out, err = xvfb("--replay", rec, "--screenshot", png, "--frames", "5", "--size", "1280x800")
+    if code != 0:
+        fail(f"{what}: exit {code}\nstdout: {out}\nstderr: {err}")
+    print("ok:", out.strip())
+    check_png(png, 3)
+
+
 def case_gui_replay_screenshot():
     c = Child()
     c.settle()
     rec = os.path.join(TMP, "r.fwr")
     run("record", c.pid, "-o", rec, "--hz", "20", "--seconds", "1", expect=0)
     c.exit()
-    png = os.path.join(TMP, "replay.png")
-    code, out, err = xvfb("--replay", rec, "--screenshot", png, "--frames", "5", "--size", "1280x800")
-    if code != 0:
-        fail(f"GUI replay screenshot: exit {code}\nstdout: {out}\nstderr: {err}")
-    print("ok:", out.strip())
-    check_png(png, 3)
+    replay_screenshot(rec, "replay.png", "GUI replay screenshot")
 
 
 def case_gui_windows_recording():
@@ -368,12 +374,7 @@ def case_gui_windows_recording():
     _, js, _ = run("replay", "--json", rec, expect=0)
     if "test_windows.exe" not in js:
         fail("replay --json of the Windows recording does not name test_windows.exe")
-    png = os.path.join(TMP, "windows.png")
-    code, out, err = xvfb("--replay", rec, "--screenshot", png, "--frames", "5", "--size", "1280x800")
-    if code != 0:
-        fail(f"GUI replay of the Windows recording: exit {code}\nstdout: {out}\nstderr: {err}")
-    print("ok:", out.strip())
-    check_png(png, 3)
+    replay_screenshot(rec, "windows.png", "GUI replay of the Windows recording")
 
 
 def case_gui_errors():
