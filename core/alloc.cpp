@@ -126,36 +126,36 @@ void* fw_realloc_impl(void* p, size_t n) {
     return nullptr;
   }
   Span* d = span_of(p);
-  if (d == nullptr) {
-    // A block of the heap freeway replaced (foreign.h) moves into freeway.
-    const ForeignHeap* other = foreign_owner(p);
-    if (other == nullptr) report_misuse("realloc of a pointer freeway did not allocate:", p);
-    size_t had = other->usable_size(p);
-    void* q = alloc_small(n);
-    if (q == nullptr) return nullptr;  // errno set; the old block is intact
-    std::memcpy(q, p, had < n ? had : n);
-    other->free(p);
-    return q;
-  }
-  uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
   size_t old;
-  if (state == kHot || state == kFull || state == kPartial) {
-    span_check_free(d, p);  // a freed block (its canary) or a bad pointer stops here
-    old = d->block_size.load(std::memory_order_relaxed);
-    // Keep the block when it fits and is not more than twice too big.
-    if (n <= old && (n >= old / 2 || old <= 64)) return p;
-  } else if (state == kLarge || state == kLargeTail || state == kHuge) {
-    old = large_usable_size(p, d);
-    if (old == 0) report_misuse("realloc of a pointer inside a large block:", p);
-    if (n <= old && n > old / 2) return p;
-    if (large_resize_in_place(p, d, n)) return p;
+  // A block of the heap freeway replaced (foreign.h) moves into freeway.
+  const ForeignHeap* other = nullptr;
+  if (d == nullptr) {
+    other = foreign_owner(p);
+    if (other == nullptr) report_misuse("realloc of a pointer freeway did not allocate:", p);
+    old = other->usable_size(p);
   } else {
-    report_misuse("realloc of a freed block (or one freeway did not allocate):", p);
+    uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
+    if (state == kHot || state == kFull || state == kPartial) {
+      span_check_free(d, p);  // a freed block (its canary) or a bad pointer stops here
+      old = d->block_size.load(std::memory_order_relaxed);
+      // Keep the block when it fits and is not more than twice too big.
+      if (n <= old && (n >= old / 2 || old <= 64)) return p;
+    } else if (state == kLarge || state == kLargeTail || state == kHuge) {
+      old = large_usable_size(p, d);
+      if (old == 0) report_misuse("realloc of a pointer inside a large block:", p);
+      if (n <= old && n > old / 2) return p;
+      if (large_resize_in_place(p, d, n)) return p;
+    } else {
+      report_misuse("realloc of a freed block (or one freeway did not allocate):", p);
+    }
   }
   void* q = alloc_small(n);
   if (q == nullptr) return nullptr;  // errno set; the old block is intact
   std::memcpy(q, p, old < n ? old : n);
-  free_block(p);
+  if (other != nullptr)
+    other->free(p);
+  else
+    free_block(p);
   return q;
 }
 
