@@ -96,7 +96,6 @@ constexpr const wchar_t* kCrtNames[] = {L"msvcrt.dll",   L"ucrtbase.dll", L"msvc
 // late-load callback, which must not patch a module twice.
 struct Module {
   HMODULE base;
-  const wchar_t* name;
   fw::win::CrtOriginals originals;
 };
 Module g_modules[fw::win::kMaxCrts];
@@ -172,7 +171,6 @@ void patch_module(HMODULE m, const wchar_t* name) {
     }
   Module* mod = &g_modules[g_module_count++];
   mod->base = m;
-  mod->name = name;
   Batch batch{mod, patches, n};
   int written = fw::win::patch_apply(patches, n, &hand_over, &batch);
   bool verbose = fw::option(fw::Option::verbose) > 0;
