@@ -95,7 +95,7 @@ void* fw_alloc_aligned(size_t align, size_t n) {
 }
 
 size_t fw_usable(const void* p) {
-  Span* d = span_of(p);
+  Span* d = arena_owns(p) ? span_of(p) : nullptr;
   if (d == nullptr) {
     const ForeignHeap* other = foreign_owner(p);
     return other != nullptr ? other->usable_size(p) : 0;
@@ -106,7 +106,7 @@ size_t fw_usable(const void* p) {
 }
 
 void* fw_block_start(const void* p) {
-  Span* d = span_of(p);
+  Span* d = arena_owns(p) ? span_of(p) : nullptr;
   if (d == nullptr) return nullptr;
   uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
   if (state == kHot || state == kFull || state == kPartial) {
@@ -125,7 +125,7 @@ void* fw_realloc_impl(void* p, size_t n) {
     free_block(p);
     return nullptr;
   }
-  Span* d = span_of(p);
+  Span* d = arena_owns(p) ? span_of(p) : nullptr;
   size_t old;
   // A block of the heap freeway replaced (foreign.h) moves into freeway.
   const ForeignHeap* other = nullptr;

@@ -16,6 +16,9 @@ namespace {
 
 constexpr size_t kSliceBytes = size_t(kVspansPerRegion) * sizeof(Span);
 constexpr size_t kTableBytes = size_t(kMaxRegions) * kSliceBytes;
+// An arena region's first reservation where reservations extend: enough for a
+// small program; the region then grows in place to the whole slot as needed.
+constexpr uint32_t kFirstVspans = 4;
 
 std::atomic<uint32_t> g_region_next{0};       // ids below this have been handed out
 std::atomic<uint32_t> g_region_links[kMaxRegions];
@@ -25,6 +28,47 @@ struct RegionLink {
 TaggedStack<RegionLink> g_free_region_ids;    // ids of released huge regions
 std::atomic<uint32_t> g_current_region{0};    // arena region bumped from, id + 1
 std::atomic<uint64_t> g_reserved{0};
+
+// The table's base | kZoneBit when it starts a zone (reserved a slice at a
+// time, regions placed above it), or its base alone when reserved whole. Set
+// once by CAS; g_spans is stored from it.
+constexpr uint64_t kZoneBit = 1;
+std::atomic<uint64_t> g_table{0};
+std::atomic<uintptr_t> g_zone_next{0};  // the zone's next free slot address; 0 before first use
+constexpr uintptr_t kZoneLimit = uintptr_t(1) << 47;  // regions stay below the usual user address space end
+
+bool zone_mode() { return (g_table.load(std::memory_order_acquire) & kZoneBit) != 0; }
+
+uintptr_t round_up_to(uintptr_t x, uintptr_t align) { return (x + align - 1) & ~(align - 1); }
+
+// Picks the zone: a random slot in the unused middle of the address space (far
+// below where Linux maps top-down, far above where Windows maps bottom-up), at
+// 32 TiB, else 4 TiB, else 256 GiB for smaller address spaces. Reserves the
+// table's first slice there; 0 if none of them is free.
+uintptr_t zone_pick() {
+  uint64_t r = os::random_u64();
+  for (unsigned shift : {45u, 42u, 38u}) {
+    uintptr_t slots = (uintptr_t(1) << (shift - 2)) >> kRegionShift;  // spread over a quarter above 2^shift
+    uintptr_t z = (uintptr_t(1) << shift) + uintptr_t((r % slots) << kRegionShift);
+    os::Reserve got = os::reserve_at(reinterpret_cast<void*>(z), kSliceBytes);
+    if (got == os::Reserve::kDone) return z;
+    if (got == os::Reserve::kRefused) return 0;
+  }
+  return 0;
+}
+
+// Makes the descriptor slice of id r usable: reserved (zone: once per id) and
+// committed.
+bool slice_ready(uint32_t r, Span* slice) {
+  Region& reg = g_regions[r];
+  if (zone_mode() && reg.slice_ready.load(std::memory_order_relaxed) == 0) {
+    // The id is ours alone until published, so no other thread reserves it.
+    if (os::reserve_at(slice, kSliceBytes) != os::Reserve::kDone) return false;
+    reg.slice_ready.store(1, std::memory_order_relaxed);
+    g_reserved.fetch_add(kSliceBytes, std::memory_order_relaxed);
+  }
+  return os::commit(slice, kSliceBytes);
+}
 
 uint32_t region_id_alloc() {
   uint32_t r = g_free_region_ids.pop();
@@ -41,7 +85,7 @@ uint32_t region_id_alloc() {
 // descriptor slice of a recycled id is reset before any lookup can reach it.
 bool region_publish(uint32_t r, uintptr_t base, uint64_t size, RegionKind kind) {
   Span* slice = g_spans.load(std::memory_order_relaxed) + size_t(r) * kVspansPerRegion;
-  if (!os::commit(slice, kSliceBytes)) return false;
+  if (!slice_ready(r, slice)) return false;
   for (uint32_t i = 0; i < kVspansPerRegion; i++) {
     // A recycled slice keeps its tags so that stale anchors never repeat.
     uint64_t tag = Anchor::unpack(slice[i].anchor.load(std::memory_order_relaxed)).tag + 1;
@@ -74,13 +118,50 @@ void region_unpublish(uint32_t r) {
   telemetry_event(FWT_EV_REGION_RELEASE, r, base, size);
 }
 
+// Reserves size bytes at an address aligned to align (>= kRegionSize): first
+// at `prefer` (a recycled id's old base, often free again), then at the zone's
+// next slots, else where the OS puts it. nullptr when the OS refuses.
+void* region_place(size_t size, size_t align, uintptr_t prefer) {
+  if (prefer != 0 && (prefer & (align - 1)) == 0) {
+    os::Reserve got = os::reserve_at(reinterpret_cast<void*>(prefer), size);
+    if (got == os::Reserve::kDone) return reinterpret_cast<void*>(prefer);
+    if (got == os::Reserve::kRefused) return nullptr;
+  }
+  if (zone_mode()) {
+    uintptr_t first = round_up_to(uintptr_t(g_table.load(std::memory_order_acquire) & ~kZoneBit) + kTableBytes,
+                                  kRegionSize);
+    uintptr_t zero = 0;
+    g_zone_next.compare_exchange_strong(zero, first, std::memory_order_relaxed);
+    for (int attempt = 0; attempt < 8; attempt++) {
+      uintptr_t cur = g_zone_next.load(std::memory_order_relaxed), at, end;
+      do {
+        at = round_up_to(cur, align);
+        end = round_up_to(at + size, kRegionSize);
+        if (at < cur || end <= at || end > kZoneLimit) return os::reserve_aligned(size, align);
+      } while (!g_zone_next.compare_exchange_weak(cur, end, std::memory_order_relaxed));
+      os::Reserve got = os::reserve_at(reinterpret_cast<void*>(at), size);
+      if (got == os::Reserve::kDone) return reinterpret_cast<void*>(at);
+      if (got == os::Reserve::kRefused) {
+        // Hand the slots back if no one moved past them meanwhile, so that
+        // repeated refusals (a program at its RLIMIT_AS) do not use up the zone.
+        g_zone_next.compare_exchange_strong(end, cur, std::memory_order_relaxed);
+        return nullptr;
+      }
+      // Taken: something else mapped there; the next slots may be free.
+    }
+  }
+  return os::reserve_aligned(size, align);
+}
+
 // Reserves size bytes aligned to align, inside the address range the region
 // map covers, and publishes them as a region of the given kind. Returns its id,
 // or kNoIndex with everything given back.
 uint32_t region_new(size_t size, size_t align, RegionKind kind) {
   uint32_t r = region_id_alloc();
   if (r == kNoIndex) return kNoIndex;
-  void* base = os::reserve_aligned(size, align);
+  // A recycled id remembers where its last region was.
+  uintptr_t prefer = r < g_region_next.load(std::memory_order_relaxed) ? g_regions[r].base.load(std::memory_order_relaxed) : 0;
+  void* base = region_place(size, align, prefer);
   uintptr_t b = reinterpret_cast<uintptr_t>(base);
   if (base != nullptr && ((b + size - 1) >> kAddressBits) == 0 && region_publish(r, b, size, kind)) return r;
   if (base != nullptr) os::release(base, size);
@@ -88,21 +169,69 @@ uint32_t region_new(size_t size, size_t align, RegionKind kind) {
   return kNoIndex;
 }
 
+// Grows arena region r in place from `limit` reserved vspans to `need`: just
+// what is asked for, since a step costs one system call and no kernel memory
+// (the new mapping merges with the region's), and an RLIMIT_AS leaves no room
+// for slack. Fresh vspans are asked for only as the heap grows, so these calls
+// stay a small part of what the growth costs anyway (page faults). True if the region
+// has more room now (grown by us or by another thread), false if it cannot grow.
+bool region_grow(uint32_t r, uint32_t limit, uint32_t need) {
+  Region& reg = g_regions[r];
+  // need > kVspansPerRegion: the run does not fit, or the region is closed
+  // (its bump index was set to the end).
+  if (!os::features().reserve_extends || need > kVspansPerRegion || limit >= need) return false;
+  uint32_t to = need;
+  uintptr_t base = reg.base.load(std::memory_order_relaxed);
+  uintptr_t at = base + (uintptr_t(limit) << kVspanShift);
+  uint64_t bytes = uint64_t(to - limit) << kVspanShift;
+  if (os::reserve_at(reinterpret_cast<void*>(at), bytes) == os::Reserve::kDone) {
+    // Only the thread that reserved right after the current end can extend it,
+    // so this store never goes back. release: a bump that reads the new size
+    // works in reserved memory.
+    reg.size.store(uint64_t(to) << kVspanShift, std::memory_order_release);
+    g_reserved.fetch_add(bytes, std::memory_order_relaxed);
+    telemetry_event(FWT_EV_REGION_RESERVE, r, at, bytes);
+    return true;
+  }
+  // Taken by another thread growing it (fine) or by a foreign mapping (the
+  // region is done), or refused.
+  return (reg.size.load(std::memory_order_acquire) >> kVspanShift) > limit;
+}
+
 }  // namespace
 
 bool arena_init() {
   if (g_spans.load(std::memory_order_acquire) != nullptr) return true;
   secure_init();  // keys first: no block exists before the table does
-  void* t = os::reserve_aligned(kTableBytes, os::page_size());
-  if (t == nullptr) return false;
-  Span* expected = nullptr;
-  // Racing initialisers: one table wins, the others give theirs back.
-  if (!g_spans.compare_exchange_strong(expected, static_cast<Span*>(t), std::memory_order_acq_rel,
-                                       std::memory_order_acquire))
-    os::release(t, kTableBytes);
-  else
-    g_reserved.fetch_add(kTableBytes, std::memory_order_relaxed);
+  uint64_t table = g_table.load(std::memory_order_acquire);
+  if (table == 0) {
+    uint64_t mine;
+    if (uintptr_t z = zone_pick(); z != 0) {
+      mine = uint64_t(z) | kZoneBit;
+    } else {
+      void* t = os::reserve_aligned(kTableBytes, os::page_size());
+      if (t == nullptr) return false;
+      mine = reinterpret_cast<uintptr_t>(t);
+    }
+    // Racing initialisers: one table wins, the others give theirs back.
+    if (g_table.compare_exchange_strong(table, mine, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      table = mine;
+      if (mine & kZoneBit) g_regions[0].slice_ready.store(1, std::memory_order_relaxed);
+      g_reserved.fetch_add((mine & kZoneBit) ? kSliceBytes : kTableBytes, std::memory_order_relaxed);
+    } else {
+      os::release(reinterpret_cast<void*>(mine & ~kZoneBit), (mine & kZoneBit) ? kSliceBytes : kTableBytes);
+    }
+  }
+  g_spans.store(reinterpret_cast<Span*>(table & ~kZoneBit), std::memory_order_release);
   return true;
+}
+
+bool arena_owns(const void* p) {
+  Span* slice = region_slice_of(p);
+  if (slice == nullptr) return false;
+  const Region& reg = g_regions[span_index(slice) / kVspansPerRegion];
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  return a - reg.base.load(std::memory_order_relaxed) < reg.size.load(std::memory_order_acquire);
 }
 
 uint32_t arena_fresh_vspans(uint32_t n, uint32_t* leftover, uint32_t* leftover_len) {
@@ -113,34 +242,48 @@ uint32_t arena_fresh_vspans(uint32_t n, uint32_t* leftover, uint32_t* leftover_l
     if (cur != 0) {
       Region& reg = g_regions[cur - 1];
       uint32_t v = reg.next_vspan.load(std::memory_order_relaxed);
-      while (v + n <= kVspansPerRegion) {
-        if (reg.next_vspan.compare_exchange_weak(v, v + n, std::memory_order_relaxed))
-          return (cur - 1) * kVspansPerRegion + v;
+      for (;;) {
+        // acquire: pairs with region_grow's release of the new size.
+        uint32_t limit = uint32_t(reg.size.load(std::memory_order_acquire) >> kVspanShift);
+        if (v + n <= limit) {
+          if (reg.next_vspan.compare_exchange_weak(v, v + n, std::memory_order_relaxed))
+            return (cur - 1) * kVspansPerRegion + v;
+          continue;
+        }
+        if (!region_grow(cur - 1, limit, v + n)) break;  // full, or closed (next_vspan at the end)
+        v = reg.next_vspan.load(std::memory_order_relaxed);
       }
     }
-    uint32_t fresh = region_new(kRegionSize, kRegionSize, kRegionArena);
+    // A new region: its first reservation, or the whole slot where reservations
+    // cannot be extended later.
+    uint32_t first = os::features().reserve_extends ? (n > kFirstVspans ? n : kFirstVspans) : kVspansPerRegion;
+    uint32_t fresh = region_new(size_t(first) << kVspanShift, kRegionSize, kRegionArena);
     if (fresh == kNoIndex) return kNoIndex;
     if (g_current_region.compare_exchange_strong(cur, fresh + 1, std::memory_order_acq_rel,
                                                  std::memory_order_acquire)) {
       if (cur != 0) {
-        // Close the old region: whatever was not handed out goes to the caller.
-        uint32_t v = g_regions[cur - 1].next_vspan.exchange(kVspansPerRegion, std::memory_order_relaxed);
-        if (v < kVspansPerRegion) {
+        // Close the old region: whatever was reserved and not handed out goes
+        // to the caller. A grower racing with this only adds unused room.
+        Region& old = g_regions[cur - 1];
+        uint32_t limit = uint32_t(old.size.load(std::memory_order_acquire) >> kVspanShift);
+        uint32_t v = old.next_vspan.exchange(kVspansPerRegion, std::memory_order_relaxed);
+        if (v < limit) {
           *leftover = (cur - 1) * kVspansPerRegion + v;
-          *leftover_len = kVspansPerRegion - v;
+          *leftover_len = limit - v;
         }
       }
     } else {
       // Another thread installed a region first: give ours back and use theirs.
+      uint64_t size = g_regions[fresh].size.load(std::memory_order_relaxed);
       region_unpublish(fresh);
-      os::release(reinterpret_cast<void*>(g_regions[fresh].base.load(std::memory_order_relaxed)), kRegionSize);
+      os::release(reinterpret_cast<void*>(g_regions[fresh].base.load(std::memory_order_relaxed)), size);
       g_free_region_ids.push(fresh);
     }
   }
 }
 
 uint32_t arena_huge_reserve(size_t size, size_t align) {
-  size_t rounded = (size + kRegionSize - 1) & ~(kRegionSize - 1);
+  size_t rounded = (size + kVspanSize - 1) & ~(kVspanSize - 1);
   if (rounded < size || rounded == 0 || rounded > (size_t(1) << kAddressBits)) return kNoIndex;
   if (align < kRegionSize) align = kRegionSize;
   if (align > (size_t(1) << (kAddressBits - 1))) return kNoIndex;
@@ -162,6 +305,15 @@ uint32_t arena_region_count() {
   return n > kMaxRegions ? kMaxRegions : n;
 }
 
+uint32_t arena_vspans_used(uint32_t r) {
+  const Region& reg = g_regions[r];
+  // acquire: a region's record and slice are complete once its kind is seen.
+  if (reg.kind.load(std::memory_order_acquire) != kRegionArena) return 0;
+  uint32_t used = reg.next_vspan.load(std::memory_order_relaxed);
+  uint32_t reserved = uint32_t(reg.size.load(std::memory_order_acquire) >> kVspanShift);
+  return used < reserved ? used : reserved;  // a closed region's bump index is at the end
+}
+
 bool arena_is_valid() {
   bool ok = true;
   for (size_t slot = 0; slot < kRegionMapEntries; slot++) {
@@ -178,9 +330,14 @@ bool arena_is_valid() {
       ok = report_invariant("arena: map entry outside its region", slot);
   }
   for (uint32_t r = 0; r < arena_region_count(); r++) {
-    if (g_regions[r].kind.load(std::memory_order_relaxed) == kRegionArena &&
-        g_regions[r].next_vspan.load(std::memory_order_relaxed) > kVspansPerRegion)
-      ok = report_invariant("arena: bump index past the region", r);
+    const Region& reg = g_regions[r];
+    uint32_t kind = reg.kind.load(std::memory_order_acquire);
+    if (kind == kRegionUnused) continue;
+    if ((reg.base.load(std::memory_order_relaxed) & (kRegionSize - 1)) != 0)
+      ok = report_invariant("arena: region not at a slot boundary", r);
+    if (kind == kRegionArena && (reg.next_vspan.load(std::memory_order_relaxed) > kVspansPerRegion ||
+                                 reg.size.load(std::memory_order_relaxed) > kRegionSize))
+      ok = report_invariant("arena: bump index or reservation past the region", r);
   }
   return ok;
 }

@@ -1,23 +1,39 @@
 // core/arena.h: the arena of virtual spans (scalloc §3.2).
 //
-// Address space comes from the OS in regions: an arena region is kRegionSize of
-// reserved (uncommitted) memory aligned to kRegionSize and cut into
-// kVspansPerRegion virtual spans. A huge object gets a region of its own,
-// a multiple of kRegionSize.
+// Address space comes from the OS in regions. Every region starts at a
+// kRegionSize boundary and owns that 1 GiB slot of the address space alone:
+//   an arena region reserves the start of its slot, a few MiB at first, and
+//   grows in place as vspans are handed out, up to the whole slot; it is cut
+//   into virtual spans
+//   (on an OS whose reservations cannot be extended, os::Features, it reserves
+//   the whole slot at once);
+//   a huge object gets a region of its own: as many slots as it needs, of which
+//   it reserves its size rounded to a virtual span.
+// The part of a slot past its region's reservation is not freeway's memory;
+// arena_owns tells the two apart exactly.
+//
+// Where regions go (arena.cpp): a zone picked at random at start in the unused
+// middle of the address space, with the descriptor table at its start and
+// regions in the slots above it, so that regions can grow in place and the
+// table can be reserved one slice at a time. With no room for a zone (a small
+// address space), the table is reserved whole and regions go where the OS puts
+// them. Either way an idle program holds a few MiB of address space, not GiB,
+// so it runs under a tight RLIMIT_AS (docs/design.md).
 //
 // Every region has an id r < kMaxRegions. Two tables make lookups O(1):
 //   descriptors  g_spans[r * kVspansPerRegion + v] describes virtual span v of r
 //   region map   g_region_map[address >> kRegionShift] = &g_spans[r * kVspansPerRegion]
 //                (the region's slice of descriptors; nullptr: not freeway's)
 // so the descriptor of any block is one load and an add away, and whether a
-// pointer is freeway's is that one load. The descriptor table is one reservation, committed a
-// region's slice at a time, so it can later be placed in a shared mapping.
+// pointer may be freeway's is that one load. The descriptor table is one range
+// of address space, reserved (zone) and committed a region's slice at a time.
 //
 // Invariants (arena_is_valid):
 //   map entry e != nullptr  =>  e is the slice of a region in use that covers
-//   that address slot;
-//   an arena region's next_vspan <= kVspansPerRegion; vspans below it have been
-//   handed out (they are in use, pooled or cached), those above never were.
+//   that address slot, and the region starts at a slot boundary;
+//   an arena region's next_vspan <= its reserved vspans <= kVspansPerRegion;
+//   vspans below next_vspan have been handed out (they are in use, pooled or
+//   cached), those above never were.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -33,7 +49,8 @@ enum RegionKind : uint32_t { kRegionUnused = 0, kRegionArena = 1, kRegionHuge = 
 
 struct Region {
   std::atomic<uintptr_t> base;
-  std::atomic<uint64_t> size;
+  std::atomic<uint64_t> size;        // bytes reserved from base; an arena region's only grows
+  std::atomic<uint32_t> slice_ready;  // its descriptor slice is reserved (kept when the id is recycled)
   std::atomic<uint32_t> kind;
   std::atomic<uint32_t> next_vspan;  // arena: bump index of the first vspan never handed out
 };
@@ -54,6 +71,10 @@ FW_INLINE Span* region_slice_of(const void* p) {
   if (FW_UNLIKELY(slot >= kRegionMapEntries)) return nullptr;
   return g_region_map[slot].load(std::memory_order_relaxed);
 }
+// Whether p is in address space freeway reserved: region_slice_of(p) and also
+// below the end of its region's reservation. For the slow paths that must tell
+// freeway's memory from foreign memory in the unreserved tail of a slot.
+bool arena_owns(const void* p);
 // Descriptor of the virtual span holding p within its region's slice.
 FW_INLINE Span* span_in_slice(Span* slice, const void* p) {
   return reinterpret_cast<Span*>(reinterpret_cast<uintptr_t>(slice) +
@@ -61,7 +82,8 @@ FW_INLINE Span* span_in_slice(Span* slice, const void* p) {
                                   (uintptr_t(kVspansPerRegion - 1) << 6)));
 }
 static_assert(sizeof(Span) == 64, "span_in_slice scales by 64");
-// Descriptor of the virtual span holding p, or nullptr if p is not freeway's.
+// Descriptor of the virtual span holding p, or nullptr if p's slot is not
+// freeway's (a non-null result may still be past the reservation: arena_owns).
 FW_INLINE Span* span_of(const void* p) {
   Span* slice = region_slice_of(p);
   return FW_LIKELY(slice != nullptr) ? span_in_slice(slice, p) : nullptr;
@@ -80,13 +102,13 @@ FW_INLINE const Region* region_of_span(const Span* s) { return &g_regions[span_i
 
 // Hands out n contiguous never-used virtual spans (n <= kVspansPerRegion) and
 // returns the index of the first, or kNoIndex when the OS has no more memory.
-// Reserves a new region when the current one is exhausted; the unused tail of
-// the old region is then handed to the caller too, as *leftover (index) and
+// Grows the current region in place when it can, else reserves a new region;
+// the unused reserved tail of the old region is then handed to the caller too, as *leftover (index) and
 // *leftover_len (vspans, 0 if none), for it to keep as free runs.
 uint32_t arena_fresh_vspans(uint32_t n, uint32_t* leftover, uint32_t* leftover_len);
 
-// A huge object: a region of its own of at least size bytes whose base is
-// aligned to align (a power of two; at least kRegionSize is used). Returns the
+// A huge object: a region of its own of size bytes rounded up to a virtual span
+// whose base is aligned to align (a power of two; at least kRegionSize is used). Returns the
 // region id or kNoIndex. arena_huge_release unmaps it and recycles the id.
 uint32_t arena_huge_reserve(size_t size, size_t align);
 void arena_huge_release(uint32_t region);
@@ -94,6 +116,9 @@ void arena_huge_release(uint32_t region);
 // Address-space figures for statistics.
 uint64_t arena_reserved_bytes();
 uint32_t arena_region_count();  // ids handed out so far (an upper bound for walks)
+// Vspans of region r handed out so far (0 unless an arena region): a bound for
+// walks over its descriptors.
+uint32_t arena_vspans_used(uint32_t r);
 
 bool arena_is_valid();
 

@@ -32,9 +32,8 @@ int check_heap() {
   }
   Span* table = g_spans.load(std::memory_order_acquire);
   for (uint32_t r = 0; table != nullptr && r < arena_region_count(); r++) {
-    if (g_regions[r].kind.load(std::memory_order_acquire) != kRegionArena) continue;
-    uint32_t used = g_regions[r].next_vspan.load(std::memory_order_relaxed);
-    for (uint32_t v = 0; v < used && v < kVspansPerRegion; v++) {
+    uint32_t used = arena_vspans_used(r);
+    for (uint32_t v = 0; v < used; v++) {
       const Span* s = &table[size_t(r) * kVspansPerRegion + v];
       if (!span_is_valid(s)) bad++;
       Anchor a = Anchor::unpack(s->anchor.load(std::memory_order_acquire));

@@ -1,6 +1,7 @@
 // core/free.cpp: free's slow path: blocks of other spans, large blocks, bad pointers.
 #include "core/free.h"
 
+#include "core/arena.h"
 #include "core/foreign.h"
 #include "core/large.h"
 #include "core/report.h"
@@ -21,20 +22,26 @@ void free_slow_sized(Lab* lab, void* p, Span* d, size_t n, bool aligned) {
   free_slow(lab, p, d);
 }
 
+namespace {
+
+// p is not in freeway's memory: a block of the heap freeway replaced (foreign.h).
+void free_foreign(Lab* lab, void* p) {
+  const ForeignHeap* other = foreign_owner(p);
+  if (other == nullptr) report_misuse("free of a pointer freeway did not allocate:", p);
+  other->free(p);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  lab_set_current(lab);
+}
+
+}  // namespace
+
 void free_slow(Lab* lab, void* p, Span* d) {
   if (p == nullptr) {
     std::atomic_signal_fence(std::memory_order_seq_cst);
     lab_set_current(lab);
     return;
   }
-  if (d == nullptr) {
-    const ForeignHeap* other = foreign_owner(p);
-    if (other == nullptr) report_misuse("free of a pointer freeway did not allocate:", p);
-    other->free(p);  // a block of the heap freeway replaced (foreign.h)
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    lab_set_current(lab);
-    return;
-  }
+  if (d == nullptr) return free_foreign(lab, p);
   Lab* mine = lab;
   if (lab == &g_lab_empty) {
     Lab* bound = lab_bind_thread();
@@ -61,6 +68,8 @@ void free_slow(Lab* lab, void* p, Span* d) {
     }
   } else if (state == kLarge || state == kLargeTail || state == kHuge) {
     large_free(p, d);
+  } else if (!arena_owns(p)) {
+    return free_foreign(mine, p);  // in a region's slot, past its reservation
   } else {
     report_misuse("double free (or free of memory not in use):", p);
   }

@@ -93,9 +93,8 @@ void stats_fill(fw_stats_t* out) {
   Span* table = g_spans.load(std::memory_order_acquire);
   if (table == nullptr) return;
   for (uint32_t r = 0; r < arena_region_count(); r++) {
-    if (g_regions[r].kind.load(std::memory_order_acquire) != kRegionArena) continue;
-    uint32_t used = g_regions[r].next_vspan.load(std::memory_order_relaxed);
-    for (uint32_t v = 0; v < used && v < kVspansPerRegion; v++) {
+    uint32_t used = arena_vspans_used(r);
+    for (uint32_t v = 0; v < used; v++) {
       const Span& s = table[size_t(r) * kVspansPerRegion + v];
       uint32_t state = Anchor::unpack(s.anchor.load(std::memory_order_relaxed)).state;
       uint32_t c = s.cls.load(std::memory_order_relaxed);

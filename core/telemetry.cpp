@@ -147,8 +147,7 @@ void write_snapshot(fwt_header* h, uint64_t start_ns, uint64_t last_publish_ns) 
     out.kind = reg.kind.load(std::memory_order_acquire);
     out.base = reg.base.load(std::memory_order_relaxed);
     out.size = reg.size.load(std::memory_order_relaxed);
-    out.next_vspan = out.kind == kRegionArena ? reg.next_vspan.load(std::memory_order_relaxed) : 0;
-    if (out.next_vspan > kVspansPerRegion) out.next_vspan = kVspansPerRegion;
+    out.next_vspan = arena_vspans_used(r);
     std::memcpy(&regions[r], &out, sizeof out);
     uint32_t in_use = out.kind == kRegionArena ? out.next_vspan : out.kind == kRegionHuge ? 1 : 0;
     const Span* slice = descriptors + size_t(r) * kVspansPerRegion;

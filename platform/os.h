@@ -21,6 +21,9 @@ struct Features {
   bool commit_is_noop;      // reserved memory is usable as is; commit costs nothing (Linux overcommit)
   bool decommit_zeroes;     // pages read as zero after decommit (MADV_DONTNEED, MEM_DECOMMIT)
   bool has_cpu_id;          // os_cpu_id returns the running CPU rather than 0
+  bool reserve_extends;     // a reservation made right after another one (reserve_at) acts as one
+                            // range with it: commit, decommit and protect may cross the seam
+                            // (mmap: yes; VirtualAlloc: no, each call is its own allocation)
 };
 const Features& features();
 
@@ -30,6 +33,12 @@ size_t cpu_count();
 // Reserves size bytes of address space aligned to align (a power of two, at least
 // the page size). Returns nullptr on failure (for example under RLIMIT_AS).
 void* reserve_aligned(size_t size, size_t align);
+// Reserves exactly [addr, addr+size) if none of it is mapped (addr aligned to
+// 64 KiB, size a multiple of it). Never moves or replaces a mapping: on failure
+// nothing changed, and the answer says whether some of the range is in use
+// (another address may work) or the OS refused (RLIMIT_AS, out of memory).
+enum class Reserve { kDone, kTaken, kRefused };
+Reserve reserve_at(void* addr, size_t size);
 // Gives a whole reservation back. p and size must be exactly what reserve returned.
 void release(void* p, size_t size);
 // Makes [p, p+size) readable and writable. Page-aligned arguments.

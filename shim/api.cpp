@@ -31,7 +31,7 @@ FW_API void fw_free_aligned_sized(void* p, size_t alignment, size_t size) {
   fw::free_block_sized(p, size, alignment > 16);
 }
 FW_API size_t fw_usable_size(const void* p) { return fw::fw_usable(p); }
-FW_API int fw_owns(const void* p) { return fw::span_of(p) != nullptr; }
+FW_API int fw_owns(const void* p) { return fw::arena_owns(p); }
 FW_API void fw_collect(void) { fw::pool_collect(); }
 FW_API void fw_stats(fw_stats_t* out) { fw::stats_fill(out); }
 FW_API void fw_stats_print(int fd) { fw::stats_print(fd); }

@@ -8,6 +8,7 @@
 #   preload.python      python3 (PYTHONMALLOC=malloc) on an object-heavy script
 #   preload.gxx         g++ -O2 -c of a real C++ file; same nm list and bytes
 #   preload.sort        sort of 2 million generated lines, three ways
+#   preload.ulimit      ls, sort and python3 under ulimit -v 64/128/256 MiB
 #   install.consumers   cmake --install, then pkg-config, CMake find_package
 #                       and static-link consumers of the installed copy
 #   install.multiarch_libdir  the same for a build with CMAKE_INSTALL_PREFIX=/usr
@@ -48,6 +49,8 @@ add_test(NAME preload.gxx
 add_test(NAME preload.sort COMMAND ${FW_TEST_SCRIPTS}/preload_sort.sh $<TARGET_FILE:freeway>)
 set_tests_properties(preload.python preload.gxx preload.sort PROPERTIES
   TIMEOUT 180 SKIP_RETURN_CODE 77 ENVIRONMENT "TMPDIR=${FW_TEST_TMP}")
+add_test(NAME preload.ulimit COMMAND ${FW_TEST_SCRIPTS}/preload_ulimit.sh $<TARGET_FILE:freeway>)
+set_tests_properties(preload.ulimit PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "TMPDIR=${FW_TEST_TMP}")
 # sort uses both cores and ~0.5 GB; keep it from running beside the other big ones.
 set_tests_properties(preload.sort PROPERTIES RUN_SERIAL TRUE)
 

@@ -4,6 +4,11 @@
 #include "core/arena.h"
 #include "core/span_pool.h"
 #include "freeway.h"
+#include "platform/os.h"
+
+#include <set>
+#include <thread>
+#include <vector>
 
 using namespace fw;
 
@@ -51,19 +56,79 @@ TEST_CASE("a new region is reserved when the current one is used up") {
   CHECK(arena_is_valid());
 }
 
-TEST_CASE("a huge region is published in the map and cleared when released") {
+TEST_CASE("a huge region reserves its size rounded to a vspan, owns its slots, and is cleared when released") {
   REQUIRE(arena_init());
   uint32_t r = arena_huge_reserve(3 * kRegionSize + 1, kRegionSize);
   REQUIRE(r != kNoIndex);
   uintptr_t base = g_regions[r].base.load();
-  CHECK(g_regions[r].size.load() == 4 * kRegionSize);
+  const uint64_t size = 3 * kRegionSize + kVspanSize;
+  CHECK(g_regions[r].size.load() == size);
   CHECK(base % kRegionSize == 0);
   CHECK(span_of(reinterpret_cast<void*>(base)) != nullptr);
-  CHECK(span_of(reinterpret_cast<void*>(base + 4 * kRegionSize - 1)) != nullptr);
+  CHECK(arena_owns(reinterpret_cast<void*>(base + size - 1)));
+  // The rest of the last slot is mapped to the region but is not freeway's memory.
+  CHECK(span_of(reinterpret_cast<void*>(base + size)) != nullptr);
+  CHECK_FALSE(arena_owns(reinterpret_cast<void*>(base + size)));
+  CHECK_FALSE(arena_owns(reinterpret_cast<void*>(base + 4 * kRegionSize - 1)));
   CHECK(arena_is_valid());
   arena_huge_release(r);
   CHECK(span_of(reinterpret_cast<void*>(base)) == nullptr);
   CHECK(span_of(reinterpret_cast<void*>(base + 3 * kRegionSize)) == nullptr);
+  CHECK_FALSE(arena_owns(reinterpret_cast<void*>(base)));
+  CHECK(arena_is_valid());
+}
+
+TEST_CASE("a huge region released and reserved again reuses its slot") {
+  REQUIRE(arena_init());
+  uint32_t r = arena_huge_reserve(kRegionSize / 2, kRegionSize);
+  REQUIRE(r != kNoIndex);
+  uintptr_t base = g_regions[r].base.load();
+  arena_huge_release(r);
+  uint32_t again = arena_huge_reserve(kRegionSize / 4, kRegionSize);
+  REQUIRE(again != kNoIndex);
+  CHECK(again == r);
+  CHECK(g_regions[again].base.load() == base);
+  arena_huge_release(again);
+  CHECK(arena_is_valid());
+}
+
+// This process's first arena region: a few MiB, grown in place on demand.
+TEST_CASE("the first arena region reserves a few MiB and grows in place as vspans are handed out") {
+  REQUIRE(arena_init());
+  uint32_t left = 0, left_len = 0;
+  uint32_t first = arena_fresh_vspans(1, &left, &left_len);
+  REQUIRE(first != kNoIndex);
+  const uint32_t r = first / kVspansPerRegion;
+  const Region& reg = g_regions[r];
+  uintptr_t base = reg.base.load();
+  uint64_t size = reg.size.load();
+  if (!os::features().reserve_extends) {
+    CHECK(size == kRegionSize);  // this OS reserves the whole slot at once
+    return;
+  }
+  // Address space right after the first vspan: the table's first slice and a
+  // few MiB of region, not the GiB of a whole region.
+  CHECK(size <= 8 * kVspanSize);
+  CHECK(arena_reserved_bytes() <= size + kVspanSize);
+  CHECK(arena_owns(reinterpret_cast<void*>(base + size - 1)));
+  CHECK_FALSE(arena_owns(reinterpret_cast<void*>(base + size)));
+  // Take single vspans past the first reservation: the same region grows.
+  uint32_t last = first;
+  for (uint32_t k = 0; k < 3 * size / kVspanSize; k++) {
+    last = arena_fresh_vspans(1, &left, &left_len);
+    REQUIRE(last != kNoIndex);
+    CHECK(left_len == 0);
+  }
+  CHECK(last / kVspansPerRegion == r);
+  CHECK(reg.size.load() > size);
+  CHECK(reg.size.load() <= (uint64_t(last % kVspansPerRegion) + 1) * kVspanSize);  // grown to what was asked
+  CHECK(span_base(span_at(last)) + kVspanSize <= base + reg.size.load());
+  // The memory of a vspan handed out after growth is usable.
+  char* mem = reinterpret_cast<char*>(span_base(span_at(last)));
+  REQUIRE(os::commit(mem, os::page_size()));
+  mem[0] = 1;
+  mem[os::page_size() - 1] = 2;
+  CHECK(mem[0] + mem[os::page_size() - 1] == 3);
   CHECK(arena_is_valid());
 }
 
@@ -72,5 +137,38 @@ TEST_CASE("impossible huge sizes are refused without touching the map") {
   CHECK(arena_huge_reserve(size_t(1) << 62, kRegionSize) == kNoIndex);
   CHECK(arena_huge_reserve(~size_t(0), kRegionSize) == kNoIndex);
   CHECK(arena_huge_reserve(kRegionSize, size_t(1) << 63) == kNoIndex);
+  CHECK(arena_is_valid());
+}
+
+TEST_CASE("threads taking vspans at once while regions grow and close get each vspan once, all of it reserved") {
+  REQUIRE(arena_init());
+  constexpr int kThreads = 4, kEach = 300;  // 1,200 vspans: growth, then a second region
+  static uint32_t got[kThreads][kEach];
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; t++) {
+    threads.emplace_back([t] {
+      for (int k = 0; k < kEach; k++) {
+        uint32_t left = 0, left_len = 0;
+        uint32_t i = arena_fresh_vspans(1 + k % 3, &left, &left_len);
+        got[t][k] = i;
+        if (i == kNoIndex) continue;
+        char* mem = reinterpret_cast<char*>(span_base(span_at(i)));
+        if (os::commit(mem, os::page_size())) mem[0] = char(t);  // reserved memory: no fault
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  std::set<uint32_t> seen;
+  for (int t = 0; t < kThreads; t++) {
+    for (int k = 0; k < kEach; k++) {
+      uint32_t i = got[t][k];
+      REQUIRE(i != kNoIndex);
+      for (uint32_t j = 0; j < uint32_t(1 + k % 3); j++) {
+        CHECK(seen.insert(i + j).second);  // no vspan handed out twice
+        CHECK(arena_owns(reinterpret_cast<void*>(span_base(span_at(i + j)) + kVspanSize - 1)));
+      }
+      CHECK((i % kVspansPerRegion) + (1 + k % 3) <= kVspansPerRegion);  // a run stays in its region
+    }
+  }
   CHECK(arena_is_valid());
 }

@@ -2,12 +2,11 @@
 // limit (RLIMIT_AS) and reports through its exit status (0 = every check held;
 // otherwise the number of the first check that failed, named on stderr).
 //
-// freeway reserves address space in 1 GiB regions (config.h), each through one
-// mmap of 2 GiB that is then trimmed to an aligned 1 GiB (os_posix.cpp,
-// reserve_aligned), so the limits below are chosen relative to that: the
-// program's current size (VmSize) plus a headroom. What an allocation can get
-// under each headroom is measured and printed (the "address-space headroom"
-// case), so that the cost of the region scheme is visible.
+// freeway reserves address space as it needs it: each arena region starts with
+// a few MiB at a 1 GiB slot boundary and grows in place (core/arena.h), so the
+// limits below are the program's current size (VmSize) plus a headroom, and a
+// fresh program runs under a 64 MiB limit. What an allocation can get under
+// each headroom is measured and printed (the "address-space headroom" case).
 #include <doctest/doctest.h>
 
 #include <cerrno>
@@ -16,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <pthread.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -229,6 +229,82 @@ TEST_CASE("at the address-space limit, after every 1 MiB block is freed, 2 MiB a
   CHECK(rc == 0);
 }
 
+TEST_CASE("with RLIMIT_AS lowered just above current use after start, threads allocate until ENOMEM; once they "
+          "exit, allocation works again, in the main thread and in new threads") {
+  // After glibc's tst-malloc-thread-fail: the limit comes after start, so the
+  // allocator's first reservations must be small enough to leave room for
+  // thread stacks, and running out inside threads must be survivable. While a
+  // thread lives, the spans its cache holds are its own (Hoard's ownership),
+  // so what it freed is certain to serve others only once it exits.
+  int rc = in_child([]() -> int {
+    constexpr int kThreads = 8;
+    struct Work {
+      std::vector<void*> blocks;
+      int err = 0;
+      size_t got = 0;
+    };
+    static Work work[kThreads];
+    for (Work& w : work) w.blocks.reserve(1 << 18);  // before the limit: the vectors never grow
+    static pthread_barrier_t started;  // all threads exist before any allocates
+    pthread_barrier_init(&started, nullptr, kThreads);
+    EXPECT(2, limit_as(vm_size() + 128 * MiB));
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    auto run = [](void* arg) -> void* {
+      Work& w = *static_cast<Work*>(arg);
+      uint64_t x = reinterpret_cast<uintptr_t>(arg) | 1;
+      pthread_barrier_wait(&started);
+      // Random sizes from 16 B to 256 KiB until the first failure.
+      while (w.blocks.size() < w.blocks.capacity()) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        size_t n = 16 + size_t(x % 4 == 0 ? x % (256 * 1024) : x % 2048);
+        errno = 0;
+        void* p = malloc(n);
+        if (p == nullptr) {
+          w.err = errno;
+          break;
+        }
+        std::memset(p, 0x5a, n < 64 ? n : 64);
+        w.blocks.push_back(p);
+      }
+      w.got = w.blocks.size();
+      for (void* p : w.blocks) free(p);
+      w.blocks.clear();
+      return nullptr;
+    };
+    // Allocation of every small size and a few large ones, checked.
+    auto allocates = []() -> bool {
+      for (size_t n = 16; n <= 512 * 1024; n += n < 4096 ? 16 : 4096) {
+        void* p = malloc(n);
+        if (p == nullptr) return false;
+        std::memset(p, 1, n < 256 ? n : 256);
+        free(p);
+      }
+      return true;
+    };
+    size_t totals[2] = {0, 0};
+    for (int round = 0; round < 2; round++) {
+      pthread_t t[kThreads];
+      for (int i = 0; i < kThreads; i++) EXPECT(3, pthread_create(&t[i], &attr, run, &work[i]) == 0);
+      for (int i = 0; i < kThreads; i++) pthread_join(t[i], nullptr);
+      for (Work& w : work) {
+        EXPECT(4, w.err == ENOMEM);
+        totals[round] += w.got;
+        w.err = 0;
+      }
+      EXPECT(5, totals[round] > 100);  // a few MiB at least (how much depends on how the threads interleave)
+      EXPECT(6, allocates());
+    }
+    EXPECT(8, fw_check_heap() == 0);
+    std::printf("oom: RLIMIT_AS = VmSize + 128 MiB after start: %d threads got %zu blocks before ENOMEM, then %zu in "
+                "a second round; allocation worked after each\n",
+                kThreads, totals[0], totals[1]);
+    return 0;
+  });
+  CHECK(rc == 0);
+}
+
 TEST_CASE("address-space headroom: what freeway can allocate under RLIMIT_AS = VmSize + headroom (figures)") {
   // Printed, not asserted: how the 1 GiB region scheme meets an address-space
   // limit. For each headroom: the MiB obtained in 1 MiB blocks until ENOMEM,
@@ -254,15 +330,16 @@ TEST_CASE("address-space headroom: what freeway can allocate under RLIMIT_AS = V
   std::fflush(stdout);
 }
 
-TEST_CASE("a fresh process started under a 1.5 GiB address-space limit can allocate (one 1 GiB region fits)") {
-  // A program whose first malloc happens under `ulimit -v 1572864`: freeway's
-  // first region (1 GiB) plus its descriptor table (64 MiB) plus the program fit
-  // in 1.5 GiB, so allocating 256 MiB must work, as it does with the C library.
+TEST_CASE("a fresh process started under a 64 MiB address-space limit can allocate 24 MiB and blocks of every size") {
+  // A program whose first malloc happens under `ulimit -v 65536`: the program
+  // (this test binary with libstdc++ and doctest, about 12 MiB) plus what
+  // freeway reserves must leave room for 24 MiB of 1 MiB blocks, then for a
+  // block of every small size class, as the C library does.
   if (getenv("FW_OOM_FRESH_CHILD") != nullptr) return;  // the child runs the program below instead
   pid_t pid = fwtest::fork_flushed();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    limit_as(GiB + GiB / 2);
+    limit_as(64 * MiB);
     setenv("FW_OOM_FRESH_CHILD", "1", 1);
     // A new image of this program: its first malloc happens under the limit.
     execl("/proc/self/exe", "test_oom", "--fw-oom-fresh", static_cast<char*>(nullptr));
@@ -271,8 +348,8 @@ TEST_CASE("a fresh process started under a 1.5 GiB address-space limit can alloc
   int st = 0;
   REQUIRE(waitpid(pid, &st, 0) == pid);
   int status = fwtest::exit_code(st);
-  std::printf("oom: fresh process under RLIMIT_AS = 1.5 GiB: %s (status %d)\n",
-              status == 0 ? "allocated 256 MiB" : "could not allocate", status);
+  std::printf("oom: fresh process under RLIMIT_AS = 64 MiB: %s (status %d)\n",
+              status == 0 ? "allocated 24 MiB, then every size" : "could not allocate", status);
   CHECK(status == 0);
 }
 
@@ -290,7 +367,7 @@ __attribute__((constructor(200))) void fresh_child() {
     if (std::strcmp(buf + i, "--fw-oom-fresh") == 0) me = true;
   if (!me) return;
   std::vector<void*> v;
-  for (int i = 0; i < 256; i++) {
+  for (int i = 0; i < 24; i++) {
     void* p = malloc(MiB);
     if (p == nullptr) {
       const char m[] = "oom fresh child: malloc(1 MiB) returned NULL\n";
@@ -301,11 +378,21 @@ __attribute__((constructor(200))) void fresh_child() {
     v.push_back(p);
   }
   for (void* p : v) free(p);
+  v.clear();
   for (int i = 0; i < 100000; i++) {
     void* p = malloc(16 + i % 500);
     if (p == nullptr) _exit(4);
     free(p);
   }
+  // One block of every size up to 128 KiB in 1 KiB steps: each size class
+  // takes a span (a virtual span of address space) of its own.
+  for (size_t n = 16; n <= 128 * 1024; n += 1024) {
+    void* p = malloc(n);
+    if (p == nullptr) _exit(5);
+    std::memset(p, 2, n);
+    v.push_back(p);
+  }
+  for (void* p : v) free(p);
   _exit(0);
 }
 }  // namespace

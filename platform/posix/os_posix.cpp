@@ -26,10 +26,12 @@ constexpr Features kFeatures = {
     .commit_is_noop = true,
     .decommit_zeroes = true,
     .has_cpu_id = true,
+    .reserve_extends = true,
 #else
     .commit_is_noop = false,
     .decommit_zeroes = false,
     .has_cpu_id = false,
+    .reserve_extends = true,
 #endif
 };
 
@@ -110,6 +112,31 @@ void* reserve_aligned(size_t size, size_t align) {
   madvise(reinterpret_cast<void*>(aligned), size, MADV_NOHUGEPAGE);
 #endif
   return reinterpret_cast<void*>(aligned);
+}
+
+Reserve reserve_at(void* addr, size_t size) {
+  int prot = kFeatures.commit_is_noop ? (PROT_READ | PROT_WRITE) : PROT_NONE;
+  int flags = map_flags();
+#ifdef MAP_FIXED_NOREPLACE
+  // Linux 4.17+: fails with EEXIST instead of moving. Older kernels ignore the
+  // flag and take addr as a hint, which the check below handles.
+  flags |= MAP_FIXED_NOREPLACE;
+#endif
+  int saved = errno;
+  void* p = mmap(addr, size, prot, flags, -1, 0);
+  int why = errno;
+  errno = saved;
+  if (p == addr) {
+#ifdef MADV_NOHUGEPAGE
+    madvise(p, size, MADV_NOHUGEPAGE);
+#endif
+    return Reserve::kDone;
+  }
+  if (p != MAP_FAILED) {  // placed elsewhere (an old kernel's hint): the range is in use
+    munmap(p, size);
+    return Reserve::kTaken;
+  }
+  return why == ENOMEM ? Reserve::kRefused : Reserve::kTaken;
 }
 
 void release(void* p, size_t size) { munmap(p, size); }

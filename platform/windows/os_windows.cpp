@@ -38,6 +38,7 @@ constexpr Features kFeatures = {
     .commit_is_noop = false,
     .decommit_zeroes = true,
     .has_cpu_id = true,
+    .reserve_extends = false,
 };
 
 // The FLS index + 1 of the thread-exit callback; 0 until created.
@@ -91,6 +92,19 @@ void* reserve_aligned(size_t size, size_t align) {
     if (p != nullptr) return p;
   }
   return nullptr;
+}
+
+Reserve reserve_at(void* addr, size_t size) {
+  KeepLastError keep;
+  void* p = VirtualAlloc(addr, size, MEM_RESERVE, PAGE_NOACCESS);
+  if (p == addr) return Reserve::kDone;
+  if (p != nullptr) {
+    VirtualFree(p, 0, MEM_RELEASE);
+    return Reserve::kTaken;
+  }
+  // ERROR_INVALID_ADDRESS: part of the range is in use; anything else (commit
+  // limit, no memory) is a refusal.
+  return GetLastError() == ERROR_INVALID_ADDRESS ? Reserve::kTaken : Reserve::kRefused;
 }
 
 void release(void* p, size_t) {

@@ -1,0 +1,70 @@
+#!/bin/sh
+# preload_ulimit.sh LIBFREEWAY
+#
+# Real programs under LD_PRELOAD=LIBFREEWAY inside a tight address-space limit
+# (ulimit -v, RLIMIT_AS), compared with the same programs run plainly under the
+# same limit: the output and exit status must be the same.
+#   64 MiB:  ls -la of two big directories; sort of 200,000 generated lines
+#   128 MiB and 256 MiB: the same, and python3 on a small JSON round trip
+# Then, as figures (not checked): the smallest limit, in MiB, at which each
+# program runs with and without freeway. python3 needs more with freeway than
+# without: each size class in use holds a span whose 1 MiB of address space
+# (a virtual span) has a 64 KiB real span for small blocks (docs/design.md).
+set -u
+lib=$1
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/fw_ulimit.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+export LC_ALL=C
+python=/usr/bin/python3
+[ -x "$python" ] || { echo "$python not found: skipped"; exit 77; }
+
+awk 'BEGIN { x = 12345; m = 4294967296
+  for (i = 0; i < 200000; i++) { x = (x * 1103515245 + 12345) % m; printf "%d line %d\n", x % 1000003, i } }' > "$tmp/data"
+script="import json, collections
+d = [{'k': i, 'v': str(i) * (i % 7)} for i in range(20000)]
+s = json.dumps(d)
+print(len(s), collections.Counter(len(x['v']) for x in json.loads(s)).most_common(3))"
+
+# runs NAME under limit LIMIT_MIB: the program's output plainly and preloaded.
+run_ls() { ls -la /usr/lib /usr/bin; }
+run_sort() { sort "$tmp/data"; }
+run_python() { "$python" -c "$script"; }
+under() {  # under LIMIT_MIB PRELOAD NAME -> output in $tmp/out, status in $tmp/rc
+  (ulimit -v $(($1 * 1024)) && LD_PRELOAD="$2" "run_$3") > "$tmp/out" 2> "$tmp/err"
+  echo $? > "$tmp/rc"
+}
+
+status=0
+for limit in 64 128 256; do
+  for prog in ls sort python; do
+    [ "$prog" = python ] && [ "$limit" -lt 128 ] && continue
+    under "$limit" "" "$prog"
+    plain_rc=$(cat "$tmp/rc"); plain_sum=$(sha256sum < "$tmp/out" | cut -c1-16)
+    under "$limit" "$lib" "$prog"
+    fw_rc=$(cat "$tmp/rc"); fw_sum=$(sha256sum < "$tmp/out" | cut -c1-16)
+    if [ "$plain_rc" != 0 ]; then
+      echo "ulimit -v ${limit} MiB: $prog fails even without freeway (status $plain_rc): skipped"
+    elif [ "$fw_rc" = "$plain_rc" ] && [ "$fw_sum" = "$plain_sum" ]; then
+      echo "ulimit -v ${limit} MiB: $prog ok (status 0, output sha256 $fw_sum)"
+    else
+      echo "ulimit -v ${limit} MiB: $prog FAILED under freeway: status $fw_rc (plain 0), output $fw_sum (plain $plain_sum)"
+      sed -n 1,5p "$tmp/err"
+      status=1
+    fi
+  done
+done
+
+# Figures: the smallest limit (MiB, to 2 MiB) at which each program succeeds.
+smallest() {  # smallest PRELOAD NAME
+  lo=4; hi=512
+  while [ $((hi - lo)) -gt 2 ]; do
+    mid=$(((lo + hi) / 2))
+    under "$mid" "$1" "$2"
+    if [ "$(cat "$tmp/rc")" = 0 ]; then hi=$mid; else lo=$mid; fi
+  done
+  echo "$hi"
+}
+for prog in ls sort python; do
+  echo "smallest ulimit -v for $prog: $(smallest "" "$prog") MiB plain, $(smallest "$lib" "$prog") MiB with freeway"
+done
+exit $status
