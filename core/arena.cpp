@@ -169,22 +169,29 @@ uint32_t region_new(size_t size, size_t align, RegionKind kind) {
   return kNoIndex;
 }
 
-// Grows arena region r in place from `limit` reserved vspans to `need`: just
-// what is asked for, since a step costs one system call and no kernel memory
-// (the new mapping merges with the region's), and an RLIMIT_AS leaves no room
-// for slack. Fresh vspans are asked for only as the heap grows, so these calls
-// stay a small part of what the growth costs anyway (page faults). True if the region
-// has more room now (grown by us or by another thread), false if it cannot grow.
+// Grows arena region r in place from `limit` reserved vspans to at least
+// `need`: by an eighth of what it has (so a heap growing to a whole region
+// makes a few dozen calls, not one per vspan), or to exactly `need` when the
+// OS refuses the larger step (an RLIMIT_AS leaves no room for slack). The new
+// mapping merges with the region's, so a step costs no kernel memory. True if
+// the region has more room now (grown by us or by another thread), false if
+// it cannot grow.
 bool region_grow(uint32_t r, uint32_t limit, uint32_t need) {
   Region& reg = g_regions[r];
   // need > kVspansPerRegion: the run does not fit, or the region is closed
   // (its bump index was set to the end).
   if (!os::features().reserve_extends || need > kVspansPerRegion || limit >= need) return false;
-  uint32_t to = need;
+  uint32_t to = limit + limit / 8 > need ? limit + limit / 8 : need;
+  if (to > kVspansPerRegion) to = kVspansPerRegion;
   uintptr_t base = reg.base.load(std::memory_order_relaxed);
   uintptr_t at = base + (uintptr_t(limit) << kVspanShift);
+  os::Reserve got = os::reserve_at(reinterpret_cast<void*>(at), uint64_t(to - limit) << kVspanShift);
+  if (got == os::Reserve::kRefused && to > need) {
+    to = need;
+    got = os::reserve_at(reinterpret_cast<void*>(at), uint64_t(to - limit) << kVspanShift);
+  }
   uint64_t bytes = uint64_t(to - limit) << kVspanShift;
-  if (os::reserve_at(reinterpret_cast<void*>(at), bytes) == os::Reserve::kDone) {
+  if (got == os::Reserve::kDone) {
     // Only the thread that reserved right after the current end can extend it,
     // so this store never goes back. release: a bump that reads the new size
     // works in reserved memory.

@@ -3,7 +3,8 @@
 // Address space comes from the OS in regions. Every region starts at a
 // kRegionSize boundary and owns that 1 GiB slot of the address space alone:
 //   an arena region reserves the start of its slot, a few MiB at first, and
-//   grows in place as vspans are handed out, up to the whole slot; it is cut
+//   grows in place as vspans are handed out (by an eighth at a time), up to
+//   the whole slot; it is cut
 //   into virtual spans
 //   (on an OS whose reservations cannot be extended, os::Features, it reserves
 //   the whole slot at once);
