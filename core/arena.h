@@ -4,10 +4,8 @@
 // kRegionSize boundary and owns that 1 GiB slot of the address space alone:
 //   an arena region reserves the start of its slot, a few MiB at first, and
 //   grows in place as vspans are handed out (by an eighth at a time), up to
-//   the whole slot; it is cut
-//   into virtual spans
-//   (on an OS whose reservations cannot be extended, os::Features, it reserves
-//   the whole slot at once);
+//   the whole slot; it is cut into virtual spans (on an OS whose reservations
+//   cannot be extended, os::Features, it reserves the whole slot at once);
 //   a huge object gets a region of its own: as many slots as it needs, of which
 //   it reserves its size rounded to a virtual span.
 // The part of a slot past its region's reservation is not freeway's memory;
