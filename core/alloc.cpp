@@ -8,6 +8,7 @@
 #include "core/large.h"
 #include "core/report.h"
 #include "core/secure.h"
+#include "core/secure_heap.h"
 #include "core/telemetry.h"
 #include "platform/os.h"
 
@@ -36,9 +37,42 @@ void* alloc_transient(unsigned c) {
   return p;
 }
 
+// One secure-mode block (secure_heap.h) of class c or bigger for n bytes,
+// from LAB `from` (a thread's or a transient one), formatted.
+void* secure_block(Lab* from, unsigned c, size_t n) {
+  unsigned sc = secure_class(c, n);
+  if (sc == kClassCount) return large_alloc(n, class_block_size(c) & (0u - class_block_size(c)), false);
+  void* p = lab_refill(from, sc);
+  if (p != nullptr) secure_format(p, class_block_size(sc), n);
+  return p;
+}
+
+// malloc_slow in secure mode: the thread's LAB is found through its binding
+// (the slot holds SECURE), and the slot gets SECURE back, not the LAB.
+FW_NOINLINE void* malloc_secure(Lab* lab, unsigned c, size_t n) {
+  Lab* mine = lab;
+  if (lab == &g_lab_empty || lab == &g_lab_secure) {
+    Lab* bound = lab_bind_thread();
+    if (bound != nullptr) mine = bound;
+  }
+  void* p;
+  if (is_placeholder(mine)) {  // BUSY (a signal handler), DEAD, or no LAB could be had
+    Lab* t = lab_take_transient();
+    p = t != nullptr ? secure_block(t, c, n) : nullptr;
+    if (t != nullptr) lab_put_transient(t);
+    leave(lab);
+  } else {
+    p = secure_block(mine, c, n);
+    leave(&g_lab_secure);
+  }
+  if (p == nullptr) out_of_memory(n);
+  return p;
+}
+
 }  // namespace
 
-void* malloc_slow(Lab* lab, unsigned c) {
+void* malloc_slow(Lab* lab, unsigned c, size_t n) {
+  if (FW_UNLIKELY(secure_mode())) return malloc_secure(lab, c, n);
   void* p;
   if (lab == &g_lab_empty) {
     // The thread's first call: bind a LAB (no flag is tested on the fast path).
@@ -61,7 +95,7 @@ void* malloc_slow(Lab* lab, unsigned c) {
 }
 
 void* malloc_medium_or_large(size_t n) {
-  if (n <= kSmallMax) return alloc_class(class_of_medium(n));
+  if (n <= kSmallMax) return alloc_class(class_of_medium(n), n);
   void* p = large_alloc(n, kMinAlign, false);
   if (p == nullptr) out_of_memory(n);
   return p;
@@ -87,7 +121,7 @@ void* fw_alloc_aligned(size_t align, size_t n) {
   if (align <= kMinAlign) return alloc_small(n);
   if (n <= kSmallMax) {
     unsigned c = class_of_aligned(n, align);
-    if (c < kClassCount) return alloc_class(c);
+    if (c < kClassCount) return alloc_class(c, n);
   }
   void* p = large_alloc(n, align, false);
   if (p == nullptr) out_of_memory(n);
@@ -101,7 +135,13 @@ size_t fw_usable(const void* p) {
     return other != nullptr ? other->usable_size(p) : 0;
   }
   uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
-  if (state == kHot || state == kFull || state == kPartial) return d->block_size.load(std::memory_order_relaxed);
+  if (state == kHot || state == kFull || state == kPartial) {
+    if (secure_mode()) {  // the size asked for: bytes past it are the tail canary
+      span_check_free(d, p);
+      return secure_requested(p, d);
+    }
+    return d->block_size.load(std::memory_order_relaxed);
+  }
   return large_usable_size(p, d);
 }
 
@@ -137,9 +177,13 @@ void* fw_realloc_impl(void* p, size_t n) {
     uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
     if (state == kHot || state == kFull || state == kPartial) {
       span_check_free(d, p);  // a freed block (its canary) or a bad pointer stops here
-      old = d->block_size.load(std::memory_order_relaxed);
-      // Keep the block when it fits and is not more than twice too big.
-      if (n <= old && (n >= old / 2 || old <= 64)) return p;
+      if (secure_mode()) {
+        old = secure_requested(p, d);  // checks the tail; the block always moves
+      } else {
+        old = d->block_size.load(std::memory_order_relaxed);
+        // Keep the block when it fits and is not more than twice too big.
+        if (n <= old && (n >= old / 2 || old <= 64)) return p;
+      }
     } else if (state == kLarge || state == kLargeTail || state == kHuge) {
       old = large_usable_size(p, d);
       if (old == 0) report_misuse("realloc of a pointer inside a large block:", p);

@@ -19,15 +19,17 @@
 namespace fw {
 
 // Slow paths. Both are entered with lab_current() == BUSY and restore it.
-FW_NOINLINE void* malloc_slow(Lab* lab, unsigned c);
+// n is the size asked for (secure mode keeps it in the block, secure_heap.h).
+FW_NOINLINE void* malloc_slow(Lab* lab, unsigned c, size_t n);
 FW_NOINLINE void* malloc_medium_or_large(size_t n);
 
-FW_INLINE void* alloc_class(unsigned c) {
+// A block of class c for a request of n bytes.
+FW_INLINE void* alloc_class(unsigned c, size_t n) {
   Lab* lab = lab_current();
   lab_set_current(&g_lab_busy);
   std::atomic_signal_fence(std::memory_order_seq_cst);  // BUSY is set before the LAB is touched
   void* p = lab->free[c];
-  if (FW_UNLIKELY(p == nullptr)) return malloc_slow(lab, c);
+  if (FW_UNLIKELY(p == nullptr)) return malloc_slow(lab, c, n);
   lab->free[c] = block_next(p);
 #if FREEWAY_HARDENING
   clear_canary(p);
@@ -39,7 +41,7 @@ FW_INLINE void* alloc_class(unsigned c) {
 }
 
 FW_INLINE void* alloc_small(size_t n) {
-  if (FW_LIKELY(n <= kSmallTableMax)) return alloc_class(class_of_small(n));
+  if (FW_LIKELY(n <= kSmallTableMax)) return alloc_class(class_of_small(n), n);
   return malloc_medium_or_large(n);
 }
 

@@ -6,6 +6,7 @@
 #include "core/large.h"
 #include "core/report.h"
 #include "core/secure.h"
+#include "core/secure_heap.h"
 #include "core/stats.h"
 
 namespace fw {
@@ -17,7 +18,14 @@ void free_slow_sized(Lab* lab, void* p, Span* d, size_t n, bool aligned) {
     const bool large = state == kLarge || state == kLargeTail || state == kHuge;
     // Not a block in use, or inside a large block (holds 0): free_slow reports it.
     size_t holds = small ? d->block_size.load(std::memory_order_relaxed) : large ? large_usable_size(p, d) : 0;
-    if (holds != 0 && (small ? !sized_free_fits(n, holds, aligned) : n > holds)) report_sized_free(p, n, holds);
+    if (small && secure_mode()) {
+      // Secure mode knows the size asked for: the size must be that one.
+      span_check_free(d, p);
+      holds = secure_requested(p, d);
+      if (n != holds) report_sized_free(p, n, holds);
+    } else if (holds != 0 && (small ? !sized_free_fits(n, holds, aligned) : n > holds)) {
+      report_sized_free(p, n, holds);
+    }
   }
   free_slow(lab, p, d);
 }
@@ -33,6 +41,62 @@ void free_foreign(Lab* lab, void* p) {
   lab_set_current(lab);
 }
 
+// Secure mode (secure_heap.h): checks block p of span d, fills it and puts it
+// in the quarantine. Returns the block to free now instead (checked and
+// canaried already), or nullptr.
+void* secure_quarantine(void* p, const Span* d) {
+  span_check_free(d, p);
+  secure_requested(p, d);  // checks the tail canary
+  set_canary(p);
+  secure_fill(p, d->block_size.load(std::memory_order_relaxed));
+  return quarantine_swap(p);
+}
+
+// Frees block p of small span d for the thread whose LAB is `mine` (or a
+// placeholder). checked: p was checked and canaried already (it comes from
+// the quarantine).
+void free_small(Lab* mine, void* p, Span* d, bool checked) {
+  unsigned c = d->cls.load(std::memory_order_relaxed);
+  if (is_placeholder(mine)) {
+    if (checked)
+      span_free_list(d, p, p, 1);
+    else
+      span_free_remote(d, p);
+    stats_count_unbound_free(c);
+    return;
+  }
+  // Reports the bad free when the fast path's block check is what sent us here.
+  if (!checked) span_check_free(d, p);
+  set_canary(p);
+  if (d->owner.load(std::memory_order_relaxed) == mine) {
+    // The thread's first call found a LAB that already owns this span.
+    block_link(p, mine->free[c]);
+    mine->free[c] = p;
+  } else {
+    lab_defer_free(mine, d, p);  // batched: one CAS per run of frees into one span
+  }
+  lab_count(mine->frees[c]);
+}
+
+// The span of a block that was in the quarantine.
+Span* quarantined_span(void* p) {
+  Span* d = span_of(p);
+  if (d == nullptr) report_misuse("heap corruption: a quarantined block outside the heap", p);
+  return d;
+}
+
+// The thread's LAB for a slow path entered with `lab` in the slot, bound now if
+// the thread has none yet (or a placeholder if none can be had).
+Lab* own_lab(Lab* lab) {
+  if (lab == &g_lab_empty || lab == &g_lab_secure) {
+    if (Lab* bound = lab_bind_thread()) return bound;
+  }
+  return lab;
+}
+
+// What the slot holds when a slow path leaves: in secure mode SECURE, never the LAB.
+Lab* slot_after(Lab* mine) { return secure_mode() && !is_placeholder(mine) ? &g_lab_secure : mine; }
+
 }  // namespace
 
 void free_slow(Lab* lab, void* p, Span* d) {
@@ -42,39 +106,39 @@ void free_slow(Lab* lab, void* p, Span* d) {
     return;
   }
   if (d == nullptr) return free_foreign(lab, p);
-  Lab* mine = lab;
-  if (lab == &g_lab_empty) {
-    Lab* bound = lab_bind_thread();
-    if (bound != nullptr) mine = bound;
-  }
+  Lab* mine = own_lab(lab);
+  Lab* back = slot_after(mine);
   uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
   if (state == kHot || state == kFull || state == kPartial) {
-    unsigned c = d->cls.load(std::memory_order_relaxed);
-    if (is_placeholder(mine)) {
-      span_free_remote(d, p);
-      stats_count_unbound_free(c);
-    } else {
-      // Reports the bad free when the fast path's block check is what sent us here.
-      span_check_free(d, p);
-      set_canary(p);
-      if (d->owner.load(std::memory_order_relaxed) == mine) {
-        // The thread's first call found a LAB that already owns this span.
-        block_link(p, mine->free[c]);
-        mine->free[c] = p;
-      } else {
-        lab_defer_free(mine, d, p);  // batched: one CAS per run of frees into one span
-      }
-      lab_count(mine->frees[c]);
+    if (!secure_mode()) {
+      free_small(mine, p, d, false);
+    } else if (void* out = secure_quarantine(p, d)) {
+      free_small(mine, out, quarantined_span(out), true);
     }
   } else if (state == kLarge || state == kLargeTail || state == kHuge) {
     large_free(p, d);
   } else if (!arena_owns(p)) {
-    return free_foreign(mine, p);  // in a region's slot, past its reservation
+    return free_foreign(back, p);  // in a region's slot, past its reservation
   } else {
     report_misuse("double free (or free of memory not in use):", p);
   }
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  lab_set_current(mine);
+  lab_set_current(back);
+}
+
+void quarantine_flush() {
+  if (!secure_mode()) return;
+  for (size_t i = 0; i < kQuarantineSlots; i++) {
+    void* p = quarantine_take(i);
+    if (p == nullptr) continue;
+    Lab* lab = lab_current();
+    lab_set_current(&g_lab_busy);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    Lab* mine = own_lab(lab);
+    free_small(mine, p, quarantined_span(p), true);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    lab_set_current(slot_after(mine));
+  }
 }
 
 }  // namespace fw

@@ -21,6 +21,7 @@ namespace fw {
 constinit Lab g_lab_empty{};
 constinit Lab g_lab_busy{};
 constinit Lab g_lab_dead{};
+constinit Lab g_lab_secure{};
 FW_THREAD_SLOT_DEFINE(&g_lab_empty);
 
 namespace {

@@ -19,7 +19,9 @@
 // touched twice at once. The same trick makes a thread's first call land in
 // the slow path (EMPTY placeholder: bind a LAB) and calls after the thread's
 // LAB was released at exit (DEAD placeholder: transient LABs). No call tests
-// an "initialised?" flag on the fast path.
+// an "initialised?" flag on the fast path. In secure mode (secure_heap.h) the
+// slot holds the SECURE placeholder between calls, so that every call takes the
+// slow path, which finds the thread's LAB through its thread-exit registration.
 //
 // Invariants (lab_is_valid):
 //   hot[c] == nullptr  =>  free[c] == nullptr
@@ -64,9 +66,10 @@ struct Lab {
 extern Lab g_lab_empty;  // a thread that has not called freeway yet
 extern Lab g_lab_busy;   // the thread is inside malloc/free
 extern Lab g_lab_dead;   // the thread's LAB was released at thread exit
+extern Lab g_lab_secure; // secure mode: the thread's LAB is elsewhere, every call takes the slow path
 
 FW_INLINE bool is_placeholder(const Lab* lab) {
-  return lab == &g_lab_empty || lab == &g_lab_busy || lab == &g_lab_dead;
+  return lab == &g_lab_empty || lab == &g_lab_busy || lab == &g_lab_dead || lab == &g_lab_secure;
 }
 
 // The calling thread's LAB (or a placeholder), in the platform's thread slot

@@ -52,6 +52,14 @@ void report_sized_free(const void* p, uint64_t size, uint64_t holds) {
   os::abort_process();
 }
 
+void report_overflow(const void* p, uint64_t requested) {
+  Line l;
+  l.str("freeway: heap overflow ").ptr(p).str(" (written past its ").dec(requested).str(" bytes)\n");
+  l.write(2);
+  telemetry_event(FWT_EV_BAD_FREE, 0, reinterpret_cast<uintptr_t>(p), requested);
+  os::abort_process();
+}
+
 bool report_invariant(const char* what, uint64_t detail) {
   Line l;
   l.str("freeway: invariant violated: ").str(what).str(" (").dec(detail).str(")\n");

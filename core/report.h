@@ -32,6 +32,10 @@ class Line {
 // "freeway: sized free of 0x<address> with size N, block holds M" and stops.
 [[noreturn]] FW_COLD void report_sized_free(const void* p, uint64_t size, uint64_t holds);
 
+// Secure mode found bytes past a block's requested size changed: prints
+// "freeway: heap overflow 0x<address> (written past its N bytes)" and stops.
+[[noreturn]] FW_COLD void report_overflow(const void* p, uint64_t requested);
+
 // An invariant checker found a violation: prints it and returns false so that
 // checkers can count violations and carry on.
 bool report_invariant(const char* what, uint64_t detail);

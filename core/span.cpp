@@ -7,6 +7,7 @@
 #include "core/report.h"
 #include "core/reusable.h"
 #include "core/secure.h"
+#include "core/secure_heap.h"
 #include "core/size_class.h"
 #include "core/span_pool.h"
 #include "platform/os.h"
@@ -170,12 +171,15 @@ void* span_carve(Span* s) {
   if (n > capacity - carved) n = capacity - carved;
   char* first = reinterpret_cast<char*>(span_base(s)) + size_t(carved) * bsize;
   char* p = first;
+  const bool secure = secure_mode();  // free blocks carry the fill (secure_heap.h)
   for (uint32_t i = 1; i < n; i++, p += bsize) {
     block_link(p, p + bsize);
     set_canary(p);  // never handed out counts as free: freeing it is an error
+    if (secure) secure_fill(p, bsize);
   }
   block_link(p, nullptr);
   set_canary(p);
+  if (secure) secure_fill(p, bsize);
   s->carved.store(carved + n, std::memory_order_relaxed);
   return first;
 }

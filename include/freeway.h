@@ -50,7 +50,8 @@ FW_API size_t fw_usable_size(const void* p);
 /* Nonzero when p lies in memory freeway manages (an O(1) address check). */
 FW_API int fw_owns(const void* p);
 
-/* Gives free memory back to the operating system now. */
+/* Gives free memory back to the operating system now (in secure mode, after
+   freeing the blocks still held in the quarantine). */
 FW_API void fw_collect(void);
 
 #define FW_SIZE_CLASS_MAX 64

@@ -32,7 +32,10 @@ FW_API void fw_free_aligned_sized(void* p, size_t alignment, size_t size) {
 }
 FW_API size_t fw_usable_size(const void* p) { return fw::fw_usable(p); }
 FW_API int fw_owns(const void* p) { return fw::arena_owns(p); }
-FW_API void fw_collect(void) { fw::pool_collect(); }
+FW_API void fw_collect(void) {
+  fw::quarantine_flush();
+  fw::pool_collect();
+}
 FW_API void fw_stats(fw_stats_t* out) { fw::stats_fill(out); }
 FW_API void fw_stats_print(int fd) { fw::stats_print(fd); }
 FW_API int fw_check_heap(void) { return fw::check_heap(); }

@@ -25,6 +25,14 @@ foreach(t test_signal_safety test_kill_tolerance test_fork test_oom test_churn t
   endif()
 endforeach()
 
+# Every misuse the default mode catches, secure mode must catch too: test_misuse
+# runs again with FREEWAY_SECURE=1. (The bugs only secure mode catches are in
+# test_secure.)
+if(TARGET test_misuse)
+  doctest_discover_tests(test_misuse TEST_PREFIX "secure_mode."
+                         PROPERTIES TIMEOUT ${FW_RELIABILITY_TIMEOUT} LABELS override ENVIRONMENT FREEWAY_SECURE=1)
+endif()
+
 # The fuzz harness (tests/fuzz/harness.cpp) as a plain program linked to the
 # core without the malloc override: it replays every input kept in
 # tests/fuzz/seeds and tests/fuzz/regressions (tools/fuzz builds the libFuzzer

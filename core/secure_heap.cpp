@@ -1,0 +1,90 @@
+// core/secure_heap.cpp: secure mode's block format and quarantine (see secure_heap.h).
+#include "core/secure_heap.h"
+
+#include <cstring>
+
+#include "core/report.h"
+#include "core/secure.h"
+
+namespace fw {
+namespace {
+
+std::atomic<void*> g_quarantine[kQuarantineSlots];
+std::atomic<uint64_t> g_quarantine_draws{0};
+
+uint64_t mix64(uint64_t x) {  // splitmix64's finaliser
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t key() { return g_canary_key.load(std::memory_order_relaxed); }
+// Never zero: a NUL written one byte too far must change the byte.
+uint8_t canary_byte() { return uint8_t(mix64(key() ^ 0x6361) >> 56) | 0x80; }
+uint8_t fill_byte() { return uint8_t(mix64(key() ^ 0x66696c) >> 56) | 0x81; }
+uint32_t size_mask(const void* p) { return uint32_t(mix64(key() ^ reinterpret_cast<uintptr_t>(p))); }
+
+// Index of the first byte of [p, p+n) that differs from v, or n.
+size_t first_other(const uint8_t* p, size_t n, uint8_t v) {
+  size_t i = 0;
+  uint64_t word = 0x0101010101010101ull * v;
+  for (; i < n && (reinterpret_cast<uintptr_t>(p + i) & 7) != 0; i++)
+    if (p[i] != v) return i;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    if (w != word) break;
+  }
+  for (; i < n; i++)
+    if (p[i] != v) return i;
+  return n;
+}
+
+}  // namespace
+
+unsigned secure_class(unsigned c, size_t n) {
+  uint32_t align = class_block_size(c) & (0u - class_block_size(c));  // what c's blocks are aligned to
+  size_t need = n + kSecureTail;
+  for (; c < kClassCount; c++) {
+    uint32_t bs = class_block_size(c);
+    if (bs >= need && bs % align == 0) return c;
+  }
+  return kClassCount;
+}
+
+void secure_format(void* p, uint32_t bs, size_t n) {
+  uint8_t* b = static_cast<uint8_t*>(p);
+  if (bs > 16 && first_other(b + 16, bs - 16, fill_byte()) != bs - 16) report_misuse("write after free", p);
+  std::memset(b + n, canary_byte(), bs - 4 - n);
+  uint32_t enc = uint32_t(n) ^ size_mask(p);
+  std::memcpy(b + bs - 4, &enc, 4);
+}
+
+size_t secure_requested(const void* p, const Span* s) {
+  const uint8_t* b = static_cast<const uint8_t*>(p);
+  uint32_t bs = s->block_size.load(std::memory_order_relaxed);
+  uint32_t enc;
+  std::memcpy(&enc, b + bs - 4, 4);
+  size_t n = enc ^ size_mask(p);
+  if (n + kSecureTail > bs) report_misuse("heap overflow over the end of the block (its size field)", p);
+  if (first_other(b + n, bs - 4 - n, canary_byte()) != bs - 4 - n) report_overflow(p, n);
+  return n;
+}
+
+void secure_fill(void* p, uint32_t bs) {
+  if (bs > 16) std::memset(static_cast<uint8_t*>(p) + 16, fill_byte(), bs - 16);
+}
+
+void* quarantine_swap(void* p) {
+  // The slot: a counter run through a keyed mix, so which block leaves next
+  // cannot be told from outside. acq_rel: the displaced block's fill, written
+  // by the thread that quarantined it, is seen by the one that frees it.
+  uint64_t draw = mix64(g_quarantine_draws.fetch_add(1, std::memory_order_relaxed) ^ key());
+  return g_quarantine[draw % kQuarantineSlots].exchange(p, std::memory_order_acq_rel);
+}
+
+void* quarantine_take(size_t i) { return g_quarantine[i].exchange(nullptr, std::memory_order_acq_rel); }
+
+}  // namespace fw

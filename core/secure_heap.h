@@ -1,0 +1,67 @@
+// core/secure_heap.h: the block format and quarantine of FREEWAY_SECURE=1.
+//
+// secure.h's checks are always on. Secure mode adds, for every small block:
+//  - Tail canary. A block holds its requested size n, encoded in its last 4
+//    bytes (n XOR a mask made from a secret key and the block's address), and a
+//    canary byte in every byte from n up to those 4 bytes. Free (and realloc,
+//    sized free, usable size) check both, so a write past the requested size,
+//    by one byte or more, is reported: "freeway: heap overflow past the N bytes
+//    of 0x...". Blocks come from the class of n + kSecureTail, so there is
+//    always at least one canary byte.
+//  - Free fill. While a block is free, every byte after its first 16 (the
+//    free-list link and the free canary, secure.h) holds a fill byte: free and
+//    carving write it, and malloc checks it before handing the block out, so a
+//    write after free is reported at the next malloc of that block: "freeway:
+//    write after free 0x...".
+//  - Quarantine. Free puts the block in a random slot of a table of
+//    kQuarantineSlots and really frees the block it displaces, so a freed block
+//    is reused only after a random number of later frees (about
+//    kQuarantineSlots on average), never by the next malloc, and which address
+//    comes back is not predictable. A double free of a quarantined block is
+//    still caught (its free canary is set).
+// The canary and fill bytes come from the secret key and are never zero, so a
+// stray NUL terminator is caught too. Large blocks keep their guard page
+// (secure.h) instead. The fast paths do not change: in secure mode a thread's
+// slot holds the SECURE placeholder (lab.h), whose lists are empty and which
+// owns no span, so every malloc and free takes its slow path, which comes here.
+//
+// Invariant (secure mode): every block on a free list or in the quarantine has
+// the fill byte in [16, block size); every block in use has a valid tail.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/config.h"
+#include "core/size_class.h"
+#include "core/span.h"
+
+namespace fw {
+
+constexpr size_t kSecureTail = 5;  // 4 bytes of encoded size + at least one canary byte
+constexpr size_t kQuarantineSlots = 1024;
+
+// The class a secure block of n bytes comes from, given the class c the fast
+// path chose for it (whose block size carries the alignment asked for):
+// the smallest class >= c whose blocks hold n + kSecureTail bytes at that
+// alignment; kClassCount if none (the block is then a large one).
+unsigned secure_class(unsigned c, size_t n);
+
+// Malloc side: checks the free fill of block p (block size bs; reports a write
+// after free) and writes its tail for n requested bytes.
+void secure_format(void* p, uint32_t bs, size_t n);
+
+// Free side, for a block p of span s that the caller checked is a block in use:
+// checks its tail (reports an overflow) and returns its requested size.
+size_t secure_requested(const void* p, const Span* s);
+
+// Fills a free block's bytes after its first 16 (free and carving).
+void secure_fill(void* p, uint32_t bs);
+
+// Puts p (checked, canaried, filled) in the quarantine and returns the block it
+// displaces, to be freed now, or nullptr.
+void* quarantine_swap(void* p);
+// Empties slot i of the quarantine: its block (to be freed now) or nullptr.
+void* quarantine_take(size_t i);
+
+}  // namespace fw
