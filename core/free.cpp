@@ -41,41 +41,33 @@ void free_foreign(Lab* lab, void* p) {
   lab_set_current(lab);
 }
 
-// Secure mode (secure_heap.h): checks block p of span d, fills it and puts it
-// in the quarantine. Returns the block to free now instead (checked and
-// canaried already), or nullptr.
-void* secure_quarantine(void* p, const Span* d) {
+// Secure mode (secure_heap.h): checks block p of span d and fills it, then
+// puts it in the quarantine of `mine` (the thread's LAB, or a placeholder:
+// then none). Returns the block to free now (checked and canaried already),
+// or nullptr.
+void* secure_quarantine(Lab* mine, void* p, const Span* d) {
   span_check_free(d, p);
   secure_requested(p, d);  // checks the tail canary
   set_canary(p);
   secure_fill(p, d->block_size.load(std::memory_order_relaxed));
-  return quarantine_swap(p);
+  return is_placeholder(mine) ? p : quarantine_swap(mine, p);
 }
 
 // Frees block p of small span d for the thread whose LAB is `mine` (or a
-// placeholder). checked: p was checked and canaried already (it comes from
-// the quarantine).
+// placeholder). checked: p was checked and canaried already.
 void free_small(Lab* mine, void* p, Span* d, bool checked) {
-  unsigned c = d->cls.load(std::memory_order_relaxed);
   if (is_placeholder(mine)) {
     if (checked)
       span_free_list(d, p, p, 1);
     else
       span_free_remote(d, p);
-    stats_count_unbound_free(c);
+    stats_count_unbound_free(d->cls.load(std::memory_order_relaxed));
     return;
   }
   // Reports the bad free when the fast path's block check is what sent us here.
   if (!checked) span_check_free(d, p);
   set_canary(p);
-  if (d->owner.load(std::memory_order_relaxed) == mine) {
-    // The thread's first call found a LAB that already owns this span.
-    block_link(p, mine->free[c]);
-    mine->free[c] = p;
-  } else {
-    lab_defer_free(mine, d, p);  // batched: one CAS per run of frees into one span
-  }
-  lab_count(mine->frees[c]);
+  lab_free_block(mine, p, d);
 }
 
 // The span of a block that was in the quarantine.
@@ -112,7 +104,7 @@ void free_slow(Lab* lab, void* p, Span* d) {
   if (state == kHot || state == kFull || state == kPartial) {
     if (!secure_mode()) {
       free_small(mine, p, d, false);
-    } else if (void* out = secure_quarantine(p, d)) {
+    } else if (void* out = secure_quarantine(mine, p, d)) {
       free_small(mine, out, quarantined_span(out), true);
     }
   } else if (state == kLarge || state == kLargeTail || state == kHuge) {
@@ -128,17 +120,13 @@ void free_slow(Lab* lab, void* p, Span* d) {
 
 void quarantine_flush() {
   if (!secure_mode()) return;
-  for (size_t i = 0; i < kQuarantineSlots; i++) {
-    void* p = quarantine_take(i);
-    if (p == nullptr) continue;
-    Lab* lab = lab_current();
-    lab_set_current(&g_lab_busy);
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    Lab* mine = own_lab(lab);
-    free_small(mine, p, quarantined_span(p), true);
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    lab_set_current(slot_after(mine));
-  }
+  Lab* lab = lab_current();
+  lab_set_current(&g_lab_busy);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  Lab* mine = own_lab(lab);
+  if (!is_placeholder(mine)) lab_flush_quarantine(mine);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  lab_set_current(slot_after(mine));
 }
 
 }  // namespace fw

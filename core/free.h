@@ -40,8 +40,8 @@ FW_INLINE bool sized_free_fits(size_t n, size_t holds, bool aligned) {
 // "sized free of 0x... with size N, block holds M" and stopping on a mismatch.
 // Entered with BUSY set, like free_slow, and as a tail call, so the fast path
 // keeps no state across it.
-// Secure mode: frees every block in the quarantine now (fw_collect). A
-// no-op in default mode.
+// Secure mode: frees every block in the calling thread's quarantine now
+// (fw_collect). A no-op in default mode.
 void quarantine_flush();
 
 FW_NOINLINE void free_slow_sized(Lab* lab, void* p, Span* d, size_t n, bool aligned);

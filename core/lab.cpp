@@ -73,6 +73,7 @@ void lab_thread_exit(void* arg) {
   Lab* lab = static_cast<Lab*>(arg);
   lab_set_current(&g_lab_busy);
   std::atomic_signal_fence(std::memory_order_seq_cst);
+  lab_flush_quarantine(lab);  // an idle LAB holds no quarantine
   lab_flush(lab);
   g_threads_live.fetch_sub(1, std::memory_order_relaxed);
   telemetry_event(FWT_EV_THREAD_EXIT, lab->id, 0, 0);
@@ -175,6 +176,28 @@ void* lab_refill(Lab* lab, unsigned c) {
     if (s == nullptr) return nullptr;
     lab->hot[c] = s;
     lab->free[c] = list != nullptr ? list : span_carve(s);
+  }
+}
+
+void lab_free_block(Lab* lab, void* p, Span* d) {
+  unsigned c = d->cls.load(std::memory_order_relaxed);
+  if (d->owner.load(std::memory_order_relaxed) == lab) {
+    block_link(p, lab->free[c]);
+    lab->free[c] = p;
+  } else {
+    lab_defer_free(lab, d, p);  // batched: one CAS per run of frees into one span
+  }
+  lab_count(lab->frees[c]);
+}
+
+void lab_flush_quarantine(Lab* lab) {
+  for (void*& slot : lab->quarantine) {
+    void* p = slot;
+    if (p == nullptr) continue;
+    slot = nullptr;
+    Span* d = span_of(p);
+    if (d == nullptr) report_misuse("heap corruption: a quarantined block outside the heap", p);
+    lab_free_block(lab, p, d);
   }
 }
 

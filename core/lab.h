@@ -45,6 +45,8 @@ namespace fw {
 
 enum LabKind : uint32_t { kLabIdle = 0, kLabThread = 1, kLabTransient = 2 };
 
+constexpr unsigned kLabQuarantine = 256;  // secure mode: freed blocks a thread holds back (secure_heap.h)
+
 struct Lab {
   void* free[kClassCount];  // first: the fast path indexes it from the LAB pointer
   Span* hot[kClassCount];
@@ -61,6 +63,12 @@ struct Lab {
   uint32_t id;
   std::atomic<uint32_t> idle_next;  // link in the idle stack
   std::atomic<Lab*> all_next;       // link in the list of every LAB ever made
+  // Secure mode only (secure_heap.h), written by the holder alone: blocks its
+  // thread freed that are not reusable yet, and the state of the generator
+  // that picks their slots. Empty whenever the LAB is idle. Last, so that the
+  // default mode never touches these pages.
+  uint64_t quarantine_rng;
+  void* quarantine[kLabQuarantine];
 };
 
 extern Lab g_lab_empty;  // a thread that has not called freeway yet
@@ -108,6 +116,12 @@ void lab_flush_pending(Lab* lab);
 // Allocation from lab for class c when free[c] is empty: collect remote frees,
 // carve, or take a span. nullptr when out of memory.
 void* lab_refill(Lab* lab, unsigned c);
+
+// Frees block p of small span d (checked and canaried already) for lab's
+// holder: onto lab's list if lab owns d, else onto its pending chain.
+void lab_free_block(Lab* lab, void* p, Span* d);
+// Secure mode: frees every block lab holds in its quarantine (thread exit, fw_collect).
+void lab_flush_quarantine(Lab* lab);
 
 // Walk of every LAB ever made (for statistics); may see LABs being made.
 Lab* lab_first();

@@ -9,9 +9,6 @@
 namespace fw {
 namespace {
 
-std::atomic<void*> g_quarantine[kQuarantineSlots];
-std::atomic<uint64_t> g_quarantine_draws{0};
-
 uint64_t mix64(uint64_t x) {  // splitmix64's finaliser
   x ^= x >> 30;
   x *= 0xbf58476d1ce4e5b9ull;
@@ -77,14 +74,19 @@ void secure_fill(void* p, uint32_t bs) {
   if (bs > 16) std::memset(static_cast<uint8_t*>(p) + 16, fill_byte(), bs - 16);
 }
 
-void* quarantine_swap(void* p) {
-  // The slot: a counter run through a keyed mix, so which block leaves next
-  // cannot be told from outside. acq_rel: the displaced block's fill, written
-  // by the thread that quarantined it, is seen by the one that frees it.
-  uint64_t draw = mix64(g_quarantine_draws.fetch_add(1, std::memory_order_relaxed) ^ key());
-  return g_quarantine[draw % kQuarantineSlots].exchange(p, std::memory_order_acq_rel);
+void* quarantine_swap(Lab* lab, void* p) {
+  // xorshift64 seeded from the secret key, so which block leaves next cannot
+  // be told from outside; a multiply spreads its bits over the slot index.
+  uint64_t x = lab->quarantine_rng;
+  if (x == 0) x = mix64(key() ^ (uint64_t(lab->id) << 32) ^ reinterpret_cast<uintptr_t>(p)) | 1;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  lab->quarantine_rng = x;
+  void*& slot = lab->quarantine[(x * 0x9e3779b97f4a7c15ull) >> 56 & (kLabQuarantine - 1)];
+  void* out = slot;
+  slot = p;
+  return out;
 }
-
-void* quarantine_take(size_t i) { return g_quarantine[i].exchange(nullptr, std::memory_order_acq_rel); }
 
 }  // namespace fw

@@ -13,12 +13,17 @@
 //    carving write it, and malloc checks it before handing the block out, so a
 //    write after free is reported at the next malloc of that block: "freeway:
 //    write after free 0x...".
-//  - Quarantine. Free puts the block in a random slot of a table of
-//    kQuarantineSlots and really frees the block it displaces, so a freed block
-//    is reused only after a random number of later frees (about
-//    kQuarantineSlots on average), never by the next malloc, and which address
-//    comes back is not predictable. A double free of a quarantined block is
-//    still caught (its free canary is set).
+//  - Quarantine. Free puts the block in a random slot of the freeing thread's
+//    quarantine (kLabQuarantine slots in its LAB, lab.h) and really frees the
+//    block it displaces, so a freed block is reused only after a random number
+//    of that thread's later frees (about kLabQuarantine on average), never by
+//    the next malloc, and which address comes back is not predictable. Being
+//    per thread, it adds no shared write to free: the displaced block is
+//    usually the thread's own, freed locally. A double free of a quarantined
+//    block is still caught (its free canary is set). A thread's quarantine is
+//    emptied when it exits and by fw_collect on that thread; frees with no
+//    thread cache (in a signal handler that interrupted malloc, or during
+//    thread exit) skip the quarantine.
 // The canary and fill bytes come from the secret key and are never zero, so a
 // stray NUL terminator is caught too. Large blocks keep their guard page
 // (secure.h) instead. The fast paths do not change: in secure mode a thread's
@@ -33,13 +38,13 @@
 #include <cstdint>
 
 #include "core/config.h"
+#include "core/lab.h"
 #include "core/size_class.h"
 #include "core/span.h"
 
 namespace fw {
 
 constexpr size_t kSecureTail = 5;  // 4 bytes of encoded size + at least one canary byte
-constexpr size_t kQuarantineSlots = 1024;
 
 // The class a secure block of n bytes comes from, given the class c the fast
 // path chose for it (whose block size carries the alignment asked for):
@@ -58,10 +63,8 @@ size_t secure_requested(const void* p, const Span* s);
 // Fills a free block's bytes after its first 16 (free and carving).
 void secure_fill(void* p, uint32_t bs);
 
-// Puts p (checked, canaried, filled) in the quarantine and returns the block it
-// displaces, to be freed now, or nullptr.
-void* quarantine_swap(void* p);
-// Empties slot i of the quarantine: its block (to be freed now) or nullptr.
-void* quarantine_take(size_t i);
+// Puts p (checked, canaried, filled) in lab's quarantine and returns the block
+// it displaces, to be freed now, or nullptr. Only lab's holder calls it.
+void* quarantine_swap(Lab* lab, void* p);
 
 }  // namespace fw

@@ -51,7 +51,7 @@ FW_API size_t fw_usable_size(const void* p);
 FW_API int fw_owns(const void* p);
 
 /* Gives free memory back to the operating system now (in secure mode, after
-   freeing the blocks still held in the quarantine). */
+   freeing the blocks the calling thread still holds in its quarantine). */
 FW_API void fw_collect(void);
 
 #define FW_SIZE_CLASS_MAX 64
