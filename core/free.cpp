@@ -41,6 +41,13 @@ void free_foreign(Lab* lab, void* p) {
   lab_set_current(lab);
 }
 
+// The span of a block that was in the quarantine.
+Span* quarantined_span(void* p) {
+  Span* d = span_of(p);
+  if (d == nullptr) report_misuse("heap corruption: a quarantined block outside the heap", p);
+  return d;
+}
+
 // Secure mode (secure_heap.h): checks block p of span d and fills it, then
 // puts it in the quarantine of `mine` (the thread's LAB, or a placeholder:
 // then none). Returns the block to free now (checked and canaried already),
@@ -50,7 +57,11 @@ void* secure_quarantine(Lab* mine, void* p, const Span* d) {
   secure_requested(p, d);  // checks the tail canary
   set_canary(p);
   secure_fill(p, d->block_size.load(std::memory_order_relaxed));
-  return is_placeholder(mine) ? p : quarantine_swap(mine, p);
+  if (is_placeholder(mine)) return p;
+  secure_fill_link(p);
+  void* out = quarantine_swap(mine, p);
+  if (out != nullptr) secure_check_quarantined(out, quarantined_span(out)->block_size.load(std::memory_order_relaxed));
+  return out;
 }
 
 // Frees block p of small span d for the thread whose LAB is `mine` (or a
@@ -68,13 +79,6 @@ void free_small(Lab* mine, void* p, Span* d, bool checked) {
   if (!checked) span_check_free(d, p);
   set_canary(p);
   lab_free_block(mine, p, d);
-}
-
-// The span of a block that was in the quarantine.
-Span* quarantined_span(void* p) {
-  Span* d = span_of(p);
-  if (d == nullptr) report_misuse("heap corruption: a quarantined block outside the heap", p);
-  return d;
 }
 
 // The thread's LAB for a slow path entered with `lab` in the slot, bound now if

@@ -74,6 +74,15 @@ void secure_fill(void* p, uint32_t bs) {
   if (bs > 16) std::memset(static_cast<uint8_t*>(p) + 16, fill_byte(), bs - 16);
 }
 
+void secure_fill_link(void* p) { std::memset(p, fill_byte(), 8); }
+
+void secure_check_quarantined(const void* p, uint32_t bs) {
+  const uint8_t* b = static_cast<const uint8_t*>(p);
+  if (first_other(b, 8, fill_byte()) != 8 || !has_canary(p) ||
+      (bs > 16 && first_other(b + 16, bs - 16, fill_byte()) != bs - 16))
+    report_misuse("write after free", p);
+}
+
 void* quarantine_swap(Lab* lab, void* p) {
   // xorshift64 seeded from the secret key, so which block leaves next cannot
   // be told from outside; a multiply spreads its bits over the slot index.

@@ -12,7 +12,10 @@
 //    free-list link and the free canary, secure.h) holds a fill byte: free and
 //    carving write it, and malloc checks it before handing the block out, so a
 //    write after free is reported at the next malloc of that block: "freeway:
-//    write after free 0x...".
+//    write after free 0x...". While it is in the quarantine, its first word
+//    holds the fill too and its second the free canary, and both are checked
+//    with the rest when it leaves, so a write into any byte of a small block
+//    during its quarantine is caught.
 //  - Quarantine. Free puts the block in a random slot of the freeing thread's
 //    quarantine (kLabQuarantine slots in its LAB, lab.h) and really frees the
 //    block it displaces, so a freed block is reused only after a random number
@@ -62,6 +65,11 @@ size_t secure_requested(const void* p, const Span* s);
 
 // Fills a free block's bytes after its first 16 (free and carving).
 void secure_fill(void* p, uint32_t bs);
+// A block entering the quarantine: its first word gets the fill as well.
+void secure_fill_link(void* p);
+// A block leaving the quarantine (block size bs): reports a write after free
+// unless its first word, its free canary and its fill are intact.
+void secure_check_quarantined(const void* p, uint32_t bs);
 
 // Puts p (checked, canaried, filled) in lab's quarantine and returns the block
 // it displaces, to be freed now, or nullptr. Only lab's holder calls it.

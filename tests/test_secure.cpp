@@ -172,6 +172,26 @@ TEST_CASE("secure: a write after free is caught when the block is handed out aga
   });
 }
 
+TEST_CASE("secure: a write into any word of a small block during its quarantine is caught when it leaves") {
+  expect_abort("write into the first word of a freed 8-byte block", kAfterFree, [] {
+    char* p = static_cast<char*>(fw_malloc(8));  // a 16-byte block: no fill bytes after 16
+    fw_free(p);
+    static_cast<char*>(launder(p))[3] = 1;  // where the free-list link will go
+    announce(p);
+    for (int i = 0; i < 100000; i++) fw_free(fw_malloc(8));  // frees push it out of the quarantine
+    say("child: the block never left the quarantine\n");
+  });
+}
+
+TEST_CASE("secure: a write into a zero-size block is caught at free") {
+  expect_abort("write to malloc(0)", kOverflow, [] {
+    char* z = static_cast<char*>(fw_malloc(0));
+    static_cast<char*>(launder(z))[0] = 'x';
+    announce(z);
+    fw_free(z);
+  });
+}
+
 TEST_CASE("secure: the freed block is never the next one handed out, and blocks do not come back in order") {
   // LIFO reuse (the default mode, and every thread-cached allocator) gives the
   // block just freed to the next malloc: a use-after-free then reads the new
