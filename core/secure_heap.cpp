@@ -44,11 +44,11 @@ size_t first_other(const uint8_t* p, size_t n, uint8_t v) {
 unsigned secure_class(unsigned c, size_t n) {
   uint32_t align = class_block_size(c) & (0u - class_block_size(c));  // what c's blocks are aligned to
   size_t need = n + kSecureTail;
-  for (; c < kClassCount; c++) {
-    uint32_t bs = class_block_size(c);
-    if (bs >= need && bs % align == 0) return c;
-  }
-  return kClassCount;
+  if (need > kSmallMax) return kClassCount;
+  unsigned fit = class_of(need);
+  if (fit > c) c = fit;
+  while (c < kClassCount && class_block_size(c) % align != 0) c++;  // only for aligned requests
+  return c;
 }
 
 void secure_format(void* p, uint32_t bs, size_t n) {
