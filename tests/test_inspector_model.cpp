@@ -608,6 +608,24 @@ TEST_CASE("check_spans finds nothing on a sound heap") {
   CHECK(fwi::check_spans(s).empty());
 }
 
+TEST_CASE("check_spans accepts a secure-mode span whose last page is its guard page, and no other capacity") {
+  SegmentBuilder sb = small_heap();
+  sb.spans[2].flags |= FWT_SPAN_GUARD;  // class 1: 1024-byte blocks in 64 KiB, less a 4 KiB page
+  sb.spans[2].capacity = 60;
+  sb.spans[2].carved = 60;
+  sb.spans[2].remote_count = 50;
+  fwi::Snapshot s;
+  REQUIRE(take_error(sb.build(), &s) == "");
+  REQUIRE(s.page_size == 4096);
+  CHECK(fwi::check_spans(s).empty());
+  sb.spans[2].capacity = 64;  // the class's capacity is wrong for a guarded span
+  sb.spans[2].carved = 64;
+  REQUIRE(take_error(sb.build(), &s) == "");
+  auto v = fwi::check_spans(s);
+  REQUIRE(v.size() == 1);
+  CHECK(v[0].find("less a guard page") != std::string::npos);
+}
+
 TEST_CASE("check_spans flags a FULL span above its reuse threshold, unless UNSTABLE") {
   SegmentBuilder sb = small_heap();
   sb.spans[1].remote_count = 1024;  // 1024 + (4096 - 4096) >= reuse threshold 1024
