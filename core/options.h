@@ -16,7 +16,7 @@ namespace fw {
   X(reuse_percent, 25, "a full span becomes reusable when this percent of its blocks are free (Hoard f)") \
   X(pool_stacks, 0, "stacks in the span-pool; 0 = one per CPU (at most 64)")                    \
   X(peak_sample, 64, "sample live bytes for the peak figure every this many span acquisitions") \
-  X(secure, 0, "1: encode free-list pointers and put guard pages after spans and large blocks") \
+  X(secure, 0, "1: tail canaries, free fill and quarantine (secure_heap.h), encoded free lists, guard pages") \
   X(telemetry, 0, "1: publish the heap's state for freeway-inspect in /dev/shm/freeway.<pid>")   \
   X(telemetry_hz, 20, "telemetry snapshots per second (1 to 1000)")
 
