@@ -50,6 +50,12 @@ void* secure_block(Lab* from, unsigned c, size_t n) {
 // malloc_slow in secure mode: the thread's LAB is found through its binding
 // (the slot holds SECURE), and the slot gets SECURE back, not the LAB.
 FW_NOINLINE void* malloc_secure(Lab* lab, unsigned c, size_t n) {
+  if (n == 0 && class_block_size(c) % 32 != 0) {  // malloc(0) with no alignment beyond 16
+    if (void* z = zero_alloc()) {
+      leave(lab);
+      return z;
+    }
+  }
   Lab* mine = lab;
   if (lab == &g_lab_empty || lab == &g_lab_secure) {
     Lab* bound = lab_bind_thread();
@@ -131,6 +137,7 @@ void* fw_alloc_aligned(size_t align, size_t n) {
 size_t fw_usable(const void* p) {
   Span* d = arena_owns(p) ? span_of(p) : nullptr;
   if (d == nullptr) {
+    if (zero_owns(p)) return 0;  // secure mode's malloc(0)
     const ForeignHeap* other = foreign_owner(p);
     return other != nullptr ? other->usable_size(p) : 0;
   }
@@ -169,7 +176,9 @@ void* fw_realloc_impl(void* p, size_t n) {
   size_t old;
   // A block of the heap freeway replaced (foreign.h) moves into freeway.
   const ForeignHeap* other = nullptr;
-  if (d == nullptr) {
+  if (d == nullptr && zero_owns(p)) {
+    old = 0;  // secure mode's malloc(0): nothing to copy
+  } else if (d == nullptr) {
     other = foreign_owner(p);
     if (other == nullptr) report_misuse("realloc of a pointer freeway did not allocate:", p);
     old = other->usable_size(p);

@@ -101,7 +101,15 @@ void free_slow(Lab* lab, void* p, Span* d) {
     lab_set_current(lab);
     return;
   }
-  if (d == nullptr) return free_foreign(lab, p);
+  if (d == nullptr) {
+    if (zero_owns(p)) {  // secure mode's malloc(0)
+      zero_free(p);
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+      lab_set_current(lab);
+      return;
+    }
+    return free_foreign(lab, p);
+  }
   Lab* mine = own_lab(lab);
   Lab* back = slot_after(mine);
   uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;

@@ -5,9 +5,17 @@
 
 #include "core/report.h"
 #include "core/secure.h"
+#include "platform/os.h"
 
 namespace fw {
 namespace {
+
+// The zero-size area: base (0 until first use) and a bit per slot in use.
+constexpr size_t kZeroBytes = size_t(1) << 20;
+constexpr size_t kZeroSlots = kZeroBytes / 16;
+std::atomic<uintptr_t> g_zero_base{0};
+std::atomic<uint64_t> g_zero_used[kZeroSlots / 64];
+std::atomic<uint64_t> g_zero_draws{0};
 
 uint64_t mix64(uint64_t x) {  // splitmix64's finaliser
   x ^= x >> 30;
@@ -72,6 +80,52 @@ size_t secure_requested(const void* p, const Span* s) {
 
 void secure_fill(void* p, uint32_t bs) {
   if (bs > 16) std::memset(static_cast<uint8_t*>(p) + 16, fill_byte(), bs - 16);
+}
+
+void* zero_alloc() {
+  uintptr_t base = g_zero_base.load(std::memory_order_acquire);
+  if (base == 0) {
+    void* area = os::reserve_aligned(kZeroBytes, 1u << 16);
+    if (area == nullptr) return nullptr;
+    // Reserved memory is usable as is where commit is a no-op (Linux): take that away.
+    if (os::features().commit_is_noop && !os::protect(area, kZeroBytes, false)) {
+      os::release(area, kZeroBytes);
+      return nullptr;
+    }
+    // Racing first callers: one area wins, the others give theirs back.
+    if (g_zero_base.compare_exchange_strong(base, reinterpret_cast<uintptr_t>(area), std::memory_order_acq_rel,
+                                            std::memory_order_acquire))
+      base = reinterpret_cast<uintptr_t>(area);
+    else
+      os::release(area, kZeroBytes);
+  }
+  // Search from a random word, so that which address comes next is not predictable.
+  size_t words = kZeroSlots / 64;
+  size_t start = size_t(mix64(g_zero_draws.fetch_add(1, std::memory_order_relaxed) ^ key())) % words;
+  for (size_t k = 0; k < words; k++) {
+    size_t w = (start + k) % words;
+    uint64_t used = g_zero_used[w].load(std::memory_order_relaxed);
+    while (used != ~uint64_t(0)) {
+      unsigned bit = unsigned(__builtin_ctzll(~used));
+      if (g_zero_used[w].compare_exchange_weak(used, used | (uint64_t(1) << bit), std::memory_order_relaxed))
+        return reinterpret_cast<void*>(base + (w * 64 + bit) * 16);
+    }
+  }
+  return nullptr;
+}
+
+bool zero_owns(const void* p) {
+  uintptr_t base = g_zero_base.load(std::memory_order_acquire);
+  return base != 0 && reinterpret_cast<uintptr_t>(p) - base < kZeroBytes;
+}
+
+void zero_free(void* p) {
+  uintptr_t off = reinterpret_cast<uintptr_t>(p) - g_zero_base.load(std::memory_order_acquire);
+  if (off % 16 != 0) report_misuse("free of a pointer inside a zero-size block area (not a block):", p);
+  size_t slot = off / 16;
+  uint64_t bit = uint64_t(1) << (slot % 64);
+  if ((g_zero_used[slot / 64].fetch_and(~bit, std::memory_order_relaxed) & bit) == 0)
+    report_misuse("double free of a zero-size block", p);
 }
 
 void secure_fill_link(void* p) { std::memset(p, fill_byte(), 8); }

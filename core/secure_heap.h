@@ -27,6 +27,11 @@
 //    emptied when it exits and by fw_collect on that thread; frees with no
 //    thread cache (in a signal handler that interrupted malloc, or during
 //    thread exit) skip the quarantine.
+//  - Zero-size blocks. malloc(0) returns a unique address in an area that is
+//    never readable or writable (one 1 MiB reservation made inaccessible,
+//    65,536 16-byte slots tracked by a bitmap outside it), so any read or
+//    write through it faults. When the area is full, malloc(0) falls back to
+//    a block whose every byte is tail canary.
 // The canary and fill bytes come from the secret key and are never zero, so a
 // stray NUL terminator is caught too. Large blocks keep their guard page
 // (secure.h) instead. The fast paths do not change: in secure mode a thread's
@@ -70,6 +75,13 @@ void secure_fill_link(void* p);
 // A block leaving the quarantine (block size bs): reports a write after free
 // unless its first word, its free canary and its fill are intact.
 void secure_check_quarantined(const void* p, uint32_t bs);
+
+// Zero-size blocks: a slot of the inaccessible area, or nullptr if it is full
+// (or could not be reserved); whether p is in the area; freeing a slot
+// (reports a pointer that is not a slot in use).
+void* zero_alloc();
+bool zero_owns(const void* p);
+void zero_free(void* p);
 
 // Puts p (checked, canaried, filled) in lab's quarantine and returns the block
 // it displaces, to be freed now, or nullptr. Only lab's holder calls it.

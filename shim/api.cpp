@@ -5,6 +5,7 @@
 #include "core/free.h"
 #include "core/options.h"
 #include "core/span_pool.h"
+#include "core/secure_heap.h"
 #include "core/stats.h"
 #include "core/telemetry.h"
 #include "freeway.h"
@@ -31,7 +32,7 @@ FW_API void fw_free_aligned_sized(void* p, size_t alignment, size_t size) {
   fw::free_block_sized(p, size, alignment > 16);
 }
 FW_API size_t fw_usable_size(const void* p) { return fw::fw_usable(p); }
-FW_API int fw_owns(const void* p) { return fw::arena_owns(p); }
+FW_API int fw_owns(const void* p) { return fw::arena_owns(p) || fw::zero_owns(p); }
 FW_API void fw_collect(void) {
   fw::quarantine_flush();
   fw::pool_collect();

@@ -183,12 +183,41 @@ TEST_CASE("secure: a write into any word of a small block during its quarantine 
   });
 }
 
-TEST_CASE("secure: a write into a zero-size block is caught at free") {
-  expect_abort("write to malloc(0)", kOverflow, [] {
-    char* z = static_cast<char*>(fw_malloc(0));
-    static_cast<char*>(launder(z))[0] = 'x';
-    announce(z);
+TEST_CASE("secure: zero-size blocks cannot be read or written, and are unique, freeable and reallocable") {
+  CHECK(child_signal([] {
+          volatile char* z = static_cast<char*>(fw_malloc(0));
+          *z = 'x';  // must fault
+        }) == SIGSEGV);
+  CHECK(child_signal([] {
+          volatile char* z = static_cast<char*>(fw_malloc(0));
+          char c = *z;  // must fault
+          (void)c;
+        }) == SIGSEGV);
+  std::vector<void*> live;
+  for (int i = 0; i < 1000; i++) live.push_back(fw_malloc(0));
+  std::vector<void*> sorted = live;
+  std::sort(sorted.begin(), sorted.end());
+  CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());  // unique while live
+  for (void* z : live) {
+    CHECK(z != nullptr);
+    CHECK(reinterpret_cast<uintptr_t>(z) % 16 == 0);
+    CHECK(fw_usable_size(z) == 0);
+    CHECK(fw_owns(z));
+  }
+  for (void* z : live) fw_free(z);
+  for (int i = 0; i < 200000; i++) fw_free(fw_malloc(0));  // slots are reused
+  char* r = static_cast<char*>(fw_realloc(fw_malloc(0), 10));
+  std::memset(r, 1, 10);
+  CHECK(fw_usable_size(r) == 10);
+  fw_free(r);
+  void* a = fw_malloc_aligned(64, 0);  // aligned beyond 16: an ordinary block
+  CHECK(reinterpret_cast<uintptr_t>(a) % 64 == 0);
+  fw_free(a);
+  expect_abort("double free of malloc(0)", {"double free"}, [] {
+    void* z = fw_malloc(0);
     fw_free(z);
+    announce(z);
+    fw_free(launder(z));
   });
 }
 

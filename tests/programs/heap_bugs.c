@@ -90,6 +90,10 @@ int main(int argc, char** argv) {
     char* z = launder(malloc(0));
     if (z) z[0] = 'x', z[7] = 'x';
     free(z);
+  } else if (!strcmp(bug, "zero-size-read")) {
+    char* z = launder(malloc(0));
+    if (z) sink = (void*)(uintptr_t)(z[0] + z[7]);
+    free(z);
   } else if (!strcmp(bug, "reuse")) {
     free(p);
     char* q = malloc(n);
