@@ -46,6 +46,9 @@ uintptr_t round_up_to(uintptr_t x, uintptr_t align) { return (x + align - 1) & ~
 // 32 TiB, else 4 TiB, else 256 GiB for smaller address spaces. Reserves the
 // table's first slice there; 0 if none of them is free.
 uintptr_t zone_pick() {
+#if defined(FW_TSAN)
+  return 0;  // ThreadSanitizer keeps its shadow memory there: let the OS place everything
+#endif
   uint64_t r = os::random_u64();
   for (unsigned shift : {45u, 42u, 38u}) {
     uintptr_t slots = (uintptr_t(1) << (shift - 2)) >> kRegionShift;  // spread over a quarter above 2^shift
@@ -304,6 +307,8 @@ void arena_huge_release(uint32_t r) {
   os::release(reinterpret_cast<void*>(base), size);
   g_free_region_ids.push(r);
 }
+
+bool arena_zoned() { return zone_mode(); }
 
 uint64_t arena_reserved_bytes() { return g_reserved.load(std::memory_order_relaxed); }
 

@@ -112,6 +112,10 @@ uint32_t arena_fresh_vspans(uint32_t n, uint32_t* leftover, uint32_t* leftover_l
 uint32_t arena_huge_reserve(size_t size, size_t align);
 void arena_huge_release(uint32_t region);
 
+// Whether the table and regions are in a zone (see above); false when the
+// table was reserved whole and the OS places the regions.
+bool arena_zoned();
+
 // Address-space figures for statistics.
 uint64_t arena_reserved_bytes();
 uint32_t arena_region_count();  // ids handed out so far (an upper bound for walks)
