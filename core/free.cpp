@@ -121,6 +121,8 @@ void free_slow(Lab* lab, void* p, Span* d) {
     }
   } else if (state == kLarge || state == kLargeTail || state == kHuge) {
     large_free(p, d);
+  } else if (zero_owns(p)) {  // secure mode's malloc(0), in a region's slot past its reservation
+    zero_free(p);
   } else if (!arena_owns(p)) {
     return free_foreign(back, p);  // in a region's slot, past its reservation
   } else {
