@@ -264,10 +264,20 @@ uint32_t arena_fresh_vspans(uint32_t n, uint32_t* leftover, uint32_t* leftover_l
         v = reg.next_vspan.load(std::memory_order_relaxed);
       }
     }
-    // A new region: its first reservation, or the whole slot where reservations
-    // cannot be extended later.
-    uint32_t first = os::features().reserve_extends ? (n > kFirstVspans ? n : kFirstVspans) : kVspansPerRegion;
+    // A new region: the whole slot where reservations cannot be extended later;
+    // else twice what the region before it reached (so that where in-place
+    // growth keeps failing, as without a zone, regions still double towards a
+    // whole slot and 1024 of them cover the heap), or what is needed when the
+    // OS refuses that.
+    uint32_t least = n > kFirstVspans ? n : kFirstVspans;
+    uint32_t first = kVspansPerRegion;
+    if (os::features().reserve_extends) {
+      uint32_t before = cur != 0 ? uint32_t(g_regions[cur - 1].size.load(std::memory_order_relaxed) >> kVspanShift) : 0;
+      first = 2 * before > least ? 2 * before : least;
+      if (first > kVspansPerRegion) first = kVspansPerRegion;
+    }
     uint32_t fresh = region_new(size_t(first) << kVspanShift, kRegionSize, kRegionArena);
+    if (fresh == kNoIndex && first > least) fresh = region_new(size_t(least) << kVspanShift, kRegionSize, kRegionArena);
     if (fresh == kNoIndex) return kNoIndex;
     if (g_current_region.compare_exchange_strong(cur, fresh + 1, std::memory_order_acq_rel,
                                                  std::memory_order_acquire)) {
