@@ -55,7 +55,7 @@ unsigned secure_class(unsigned c, size_t n) {
   if (need > kSmallMax) return kClassCount;
   unsigned fit = class_of(need);
   if (fit > c) c = fit;
-  while (c < kClassCount && class_block_size(c) % align != 0) c++;  // only for aligned requests
+  while (c < kClassCount && (class_block_size(c) & (align - 1)) != 0) c++;  // only for aligned requests
   return c;
 }
 
