@@ -61,7 +61,7 @@ enum fwt_lab_kind { FWT_LAB_IDLE = 0, FWT_LAB_THREAD = 1, FWT_LAB_TRANSIENT = 2 
 enum fwt_event_kind {
   FWT_EV_NONE = 0,
   FWT_EV_TELEMETRY_START = 1, /* addr: 0; size: segment bytes */
-  FWT_EV_REGION_RESERVE = 2,  /* arg: region id; addr: base; size: bytes */
+  FWT_EV_REGION_RESERVE = 2,  /* arg: region id; addr: base of what was reserved (a region grows in place: later events of the same id follow its end); size: bytes */
   FWT_EV_REGION_RELEASE = 3,  /* arg: region id; addr: base; size: bytes */
   FWT_EV_COMMIT = 4,          /* arg: span index; addr; size: bytes committed */
   FWT_EV_DECOMMIT = 5,        /* arg: span index; addr; size: bytes decommitted */
