@@ -33,6 +33,48 @@ std::atomic<int64_t> g_pooled_spans{0};
 std::atomic<uint64_t> g_given_spans{0};     // spans ever given back (a run counts each)
 std::atomic<uint64_t> g_coalesced_at{0};    // g_given_spans when the pool was last merged
 
+// The retain budget follows demand. It starts at FREEWAY_RETAIN_MB. Pages the
+// pool gave back for want of budget (the shortfall) that the program then
+// needs again within the same period, as fresh commits, raise the budget by
+// that much: a workload that frees and reallocates a big working set in
+// cycles stops faulting it in each cycle. Every kDecayNs the part above the
+// base halves and the shortfall is forgotten, so the budget falls back when
+// the demand stops.
+constexpr uint64_t kDecayNs = 1000000000;  // 1 s
+std::atomic<uint64_t> g_budget{0};         // 0 until first use: the base
+std::atomic<uint64_t> g_shortfall{0};
+std::atomic<uint64_t> g_decayed_at{0};
+
+uint64_t base_budget() { return uint64_t(option(Option::retain_mb)) << 20; }
+
+uint64_t budget_now() {
+  uint64_t base = base_budget();
+  uint64_t b = g_budget.load(std::memory_order_relaxed);
+  if (b < base) b = base;
+  uint64_t now = os::now_ns(), at = g_decayed_at.load(std::memory_order_relaxed);
+  if (now - at > kDecayNs && g_decayed_at.compare_exchange_strong(at, now, std::memory_order_relaxed)) {
+    b = base + (b - base) / 2;
+    g_budget.store(b, std::memory_order_relaxed);
+    g_shortfall.store(0, std::memory_order_relaxed);
+  }
+  return b;
+}
+
+// n fresh bytes are about to be committed (page faults ahead): if the pool
+// gave pages back for want of budget in this period, that was premature.
+void note_demand(uint64_t n) {
+  uint64_t s = g_shortfall.load(std::memory_order_relaxed);
+  while (s != 0) {
+    uint64_t take = n < s ? n : s;
+    if (g_shortfall.compare_exchange_weak(s, s - take, std::memory_order_relaxed)) {
+      uint64_t b = g_budget.load(std::memory_order_relaxed);
+      uint64_t base = base_budget();
+      g_budget.store((b < base ? base : b) + take, std::memory_order_relaxed);  // a racing add may be lost: a hint
+      return;
+    }
+  }
+}
+
 unsigned stack_count() {
   unsigned n = g_stack_count.load(std::memory_order_relaxed);
   if (n == 0) {
@@ -261,9 +303,13 @@ Span* pool_take_run(uint32_t n, uint64_t want) {
 void pool_give(Span* head, uint32_t len) {
   g_given_spans.fetch_add(len, std::memory_order_relaxed);
   uint64_t c = head->committed.load(std::memory_order_relaxed);
-  uint64_t cap = uint64_t(option(Option::retain_mb)) << 20;
+  uint64_t budget = budget_now();
   uint64_t big = uint64_t(option(Option::decommit_kb)) << 10;
-  if (c > 0 && (c > big || g_retained.load(std::memory_order_relaxed) + c > cap)) decommit_span(head);
+  // A big run is kept only when demand has raised the budget above its base.
+  if (c > 0 && (g_retained.load(std::memory_order_relaxed) + c > budget || (c > big && budget <= base_budget()))) {
+    decommit_span(head);
+    g_shortfall.fetch_add(c, std::memory_order_relaxed);
+  }
   push_free(head, len);
 }
 
@@ -280,6 +326,7 @@ bool span_commit(Span* s, uint64_t bytes) {
   uint64_t c = s->committed.load(std::memory_order_relaxed);
   if (c >= bytes) return true;
   if (!os::commit(reinterpret_cast<void*>(span_base(s) + c), bytes - c)) return false;
+  note_demand(bytes - c);
   telemetry_event(FWT_EV_COMMIT, span_index(s), span_base(s) + c, bytes - c);
   s->committed.store(bytes, std::memory_order_relaxed);
   count_committed(int64_t(bytes - c));

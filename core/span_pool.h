@@ -13,8 +13,10 @@
 //
 // Commit policy: a span or run keeps what it had committed when it enters the
 // pool, so reuse costs no page faults, while the total kept (retained bytes)
-// stays under FREEWAY_RETAIN_MB; past that, or for a span bigger than
-// FREEWAY_DECOMMIT_KB, its pages are given back to the OS as it enters.
+// stays under the retain budget; past that its pages are given back to the OS
+// as it enters. The budget is FREEWAY_RETAIN_MB raised by recent demand
+// (span_pool.cpp); a run bigger than FREEWAY_DECOMMIT_KB is kept only while
+// demand has raised it.
 //
 // Every span in the pool is in state FREE and is held by nobody; the span (or
 // run head) descriptor's `committed` says how many bytes from its base are
