@@ -53,7 +53,8 @@ uint64_t budget_now() {
   if (b < base) b = base;
   uint64_t now = os::now_ns(), at = g_decayed_at.load(std::memory_order_relaxed);
   if (now - at > kDecayNs && g_decayed_at.compare_exchange_strong(at, now, std::memory_order_relaxed)) {
-    b = base + (b - base) / 2;
+    uint64_t periods = (now - at) / kDecayNs;  // halve once per second gone by
+    b = base + (periods >= 64 ? 0 : (b - base) >> periods);
     g_budget.store(b, std::memory_order_relaxed);
     g_shortfall.store(0, std::memory_order_relaxed);
   }

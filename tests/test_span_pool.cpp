@@ -2,12 +2,14 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
 #include "core/arena.h"
 #include "core/options.h"
 #include "core/span_pool.h"
+#include "freeway.h"
 
 using namespace fw;
 
@@ -100,4 +102,41 @@ TEST_CASE("concurrent takes and gives never hand one span to two threads") {
   for (auto& t : ts) t.join();
   CHECK(errors.load() == 0);
   CHECK(pool_is_valid());
+}
+
+// The retain budget follows demand (span_pool.cpp): a working set of big
+// blocks freed and allocated again in cycles is first given back to the OS,
+// then kept, and given back again once the demand has been gone a while.
+TEST_CASE("a working set cycled above the retain budget is kept once the program needs it again, then decays") {
+  constexpr int kBlocks = 10;
+  constexpr size_t kSize = 6u << 20;  // above FREEWAY_DECOMMIT_KB (4 MiB): decommitted while the budget is at its base
+  void* v[kBlocks];
+  auto round = [&] {
+    for (void*& p : v) {
+      p = fw_malloc(kSize);
+      REQUIRE(p != nullptr);
+    }
+    for (void* p : v) fw_free(p);
+  };
+  round();
+  const uint64_t first = pool_retained_bytes();
+  CHECK(first < kSize);  // the first round's blocks went back to the OS
+  round();               // committed again: demand raises the budget
+  const uint64_t second = pool_retained_bytes();
+  CHECK(second >= uint64_t(kBlocks - 2) * kSize);  // now kept
+  fw_stats_t before, after;
+  fw_stats(&before);
+  round();  // reuses what was kept: commits nothing new
+  fw_stats(&after);
+  CHECK(after.peak_committed_bytes <= before.peak_committed_bytes + kSize);
+  MESSAGE("retained after rounds 1 and 2: ", first >> 20, " MiB, ", second >> 20, " MiB");
+  // Two seconds without demand: the budget halves twice, so the next big
+  // block given back goes to the OS again.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2200));
+  uint64_t kept = pool_retained_bytes();
+  void* p = fw_malloc(kSize);  // from what was kept
+  void* q = fw_malloc(kSize);
+  fw_free(q);
+  fw_free(p);
+  CHECK(pool_retained_bytes() + kSize <= kept);  // at least one went back to the OS
 }
