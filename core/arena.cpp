@@ -39,8 +39,6 @@ constexpr uintptr_t kZoneLimit = uintptr_t(1) << 47;  // regions stay below the 
 
 bool zone_mode() { return (g_table.load(std::memory_order_acquire) & kZoneBit) != 0; }
 
-uintptr_t round_up_to(uintptr_t x, uintptr_t align) { return (x + align - 1) & ~(align - 1); }
-
 // Picks the zone: a random slot in the unused middle of the address space (far
 // below where Linux maps top-down, far above where Windows maps bottom-up), at
 // 32 TiB, else 4 TiB, else 256 GiB for smaller address spaces. Reserves the
@@ -131,15 +129,15 @@ void* region_place(size_t size, size_t align, uintptr_t prefer) {
     if (got == os::Reserve::kRefused) return nullptr;
   }
   if (zone_mode()) {
-    uintptr_t first = round_up_to(uintptr_t(g_table.load(std::memory_order_acquire) & ~kZoneBit) + kTableBytes,
+    uintptr_t first = round_up(uintptr_t(g_table.load(std::memory_order_acquire) & ~kZoneBit) + kTableBytes,
                                   kRegionSize);
     uintptr_t zero = 0;
     g_zone_next.compare_exchange_strong(zero, first, std::memory_order_relaxed);
     for (int attempt = 0; attempt < 8; attempt++) {
       uintptr_t cur = g_zone_next.load(std::memory_order_relaxed), at, end;
       do {
-        at = round_up_to(cur, align);
-        end = round_up_to(at + size, kRegionSize);
+        at = round_up(cur, align);
+        end = round_up(at + size, kRegionSize);
         if (at < cur || end <= at || end > kZoneLimit) return os::reserve_aligned(size, align);
       } while (!g_zone_next.compare_exchange_weak(cur, end, std::memory_order_relaxed));
       os::Reserve got = os::reserve_at(reinterpret_cast<void*>(at), size);
@@ -223,13 +221,14 @@ bool arena_init() {
       if (t == nullptr) return false;
       mine = reinterpret_cast<uintptr_t>(t);
     }
+    const uint64_t reserved = (mine & kZoneBit) ? kSliceBytes : kTableBytes;
     // Racing initialisers: one table wins, the others give theirs back.
     if (g_table.compare_exchange_strong(table, mine, std::memory_order_acq_rel, std::memory_order_acquire)) {
       table = mine;
       if (mine & kZoneBit) g_regions[0].slice_ready.store(1, std::memory_order_relaxed);
-      g_reserved.fetch_add((mine & kZoneBit) ? kSliceBytes : kTableBytes, std::memory_order_relaxed);
+      g_reserved.fetch_add(reserved, std::memory_order_relaxed);
     } else {
-      os::release(reinterpret_cast<void*>(mine & ~kZoneBit), (mine & kZoneBit) ? kSliceBytes : kTableBytes);
+      os::release(reinterpret_cast<void*>(mine & ~kZoneBit), reserved);
     }
   }
   g_spans.store(reinterpret_cast<Span*>(table & ~kZoneBit), std::memory_order_release);
@@ -303,7 +302,7 @@ uint32_t arena_fresh_vspans(uint32_t n, uint32_t* leftover, uint32_t* leftover_l
 }
 
 uint32_t arena_huge_reserve(size_t size, size_t align) {
-  size_t rounded = (size + kVspanSize - 1) & ~(kVspanSize - 1);
+  size_t rounded = round_up(size, kVspanSize);
   if (rounded < size || rounded == 0 || rounded > (size_t(1) << kAddressBits)) return kNoIndex;
   if (align < kRegionSize) align = kRegionSize;
   if (align > (size_t(1) << (kAddressBits - 1))) return kNoIndex;

@@ -28,6 +28,9 @@
 
 namespace fw {
 
+// v rounded up to a multiple of a (a power of two).
+constexpr uintptr_t round_up(uintptr_t v, uintptr_t a) { return (v + a - 1) & ~(a - 1); }
+
 // Virtual spans (scalloc §3.2): the arena is cut into aligned virtual spans of
 // kVspanSize; a span's real size (what it commits) is at most that. Masking a
 // block's address with kVspanSize-1 gives its span.

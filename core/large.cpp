@@ -15,8 +15,6 @@ namespace {
 
 std::atomic<uint64_t> g_live_bytes{0}, g_allocs{0}, g_frees{0}, g_live_spans{0};
 
-uintptr_t round_up(uintptr_t v, uintptr_t a) { return (v + a - 1) & ~(a - 1); }
-
 // Sets the state of a descriptor the caller holds exclusively. A CAS, because a
 // reusable stack's popper may clear `linked` on it at the same time.
 void set_state(Span* s, uint32_t state) {
