@@ -41,7 +41,7 @@ void* alloc_transient(unsigned c) {
 // from LAB `from` (a thread's or a transient one), formatted.
 void* secure_block(Lab* from, unsigned c, size_t n) {
   unsigned sc = secure_class(c, n);
-  if (sc == kClassCount) return large_alloc(n, class_block_size(c) & (0u - class_block_size(c)), false);
+  if (sc == kClassCount) return large_alloc(n, class_align(c), false);
   void* p = lab_refill(from, sc);
   if (p != nullptr) secure_format(p, class_block_size(sc), n);
   return p;
@@ -50,7 +50,7 @@ void* secure_block(Lab* from, unsigned c, size_t n) {
 // malloc_slow in secure mode: the thread's LAB is found through its binding
 // (the slot holds SECURE), and the slot gets SECURE back, not the LAB.
 FW_NOINLINE void* malloc_secure(Lab* lab, unsigned c, size_t n) {
-  if (n == 0 && class_block_size(c) % 32 != 0) {  // malloc(0) with no alignment beyond 16
+  if (n == 0 && class_align(c) <= kMinAlign) {  // malloc(0) with no alignment beyond 16
     if (void* z = zero_alloc()) {
       leave(lab);
       return z;
@@ -143,10 +143,7 @@ size_t fw_usable(const void* p) {
   }
   uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
   if (state == kHot || state == kFull || state == kPartial) {
-    if (secure_mode()) {  // the size asked for: bytes past it are the tail canary
-      span_check_free(d, p);
-      return secure_requested(p, d);
-    }
+    if (secure_mode()) return secure_requested(p, d);  // the size asked for: bytes past it are the tail canary
     return d->block_size.load(std::memory_order_relaxed);
   }
   return large_usable_size(p, d);
@@ -185,10 +182,11 @@ void* fw_realloc_impl(void* p, size_t n) {
   } else {
     uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
     if (state == kHot || state == kFull || state == kPartial) {
-      span_check_free(d, p);  // a freed block (its canary) or a bad pointer stops here
+      // A freed block (its canary) or a bad pointer stops here.
       if (secure_mode()) {
-        old = secure_requested(p, d);  // checks the tail; the block always moves
+        old = secure_requested(p, d);  // checks the block and its tail; the block always moves
       } else {
+        span_check_free(d, p);
         old = d->block_size.load(std::memory_order_relaxed);
         // Keep the block when it fits and is not more than twice too big.
         if (n <= old && (n >= old / 2 || old <= 64)) return p;

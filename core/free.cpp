@@ -20,7 +20,6 @@ void free_slow_sized(Lab* lab, void* p, Span* d, size_t n, bool aligned) {
     size_t holds = small ? d->block_size.load(std::memory_order_relaxed) : large ? large_usable_size(p, d) : 0;
     if (small && secure_mode()) {
       // Secure mode knows the size asked for: the size must be that one.
-      span_check_free(d, p);
       holds = secure_requested(p, d);
       if (n != holds) report_sized_free(p, n, holds);
     } else if (holds != 0 && (small ? !sized_free_fits(n, holds, aligned) : n > holds)) {
@@ -53,8 +52,7 @@ Span* quarantined_span(void* p) {
 // then none). Returns the block to free now (checked and canaried already),
 // or nullptr.
 void* secure_quarantine(Lab* mine, void* p, const Span* d) {
-  span_check_free(d, p);
-  secure_requested(p, d);  // checks the tail canary
+  secure_requested(p, d);  // checks the block and its tail canary
   set_canary(p);
   secure_fill(p, d->block_size.load(std::memory_order_relaxed));
   if (is_placeholder(mine)) return p;

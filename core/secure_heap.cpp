@@ -47,10 +47,13 @@ size_t first_other(const uint8_t* p, size_t n, uint8_t v) {
   return n;
 }
 
+// Whether a free block's bytes after its first 16 all hold the fill.
+bool fill_intact(const uint8_t* b, uint32_t bs) { return bs <= 16 || first_other(b + 16, bs - 16, fill_byte()) == bs - 16; }
+
 }  // namespace
 
 unsigned secure_class(unsigned c, size_t n) {
-  uint32_t align = class_block_size(c) & (0u - class_block_size(c));  // what c's blocks are aligned to
+  uint32_t align = class_align(c);
   size_t need = n + kSecureTail;
   if (need > kSmallMax) return kClassCount;
   unsigned fit = class_of(need);
@@ -61,13 +64,14 @@ unsigned secure_class(unsigned c, size_t n) {
 
 void secure_format(void* p, uint32_t bs, size_t n) {
   uint8_t* b = static_cast<uint8_t*>(p);
-  if (bs > 16 && first_other(b + 16, bs - 16, fill_byte()) != bs - 16) report_misuse("write after free", p);
+  if (!fill_intact(b, bs)) report_misuse("write after free", p);
   std::memset(b + n, canary_byte(), bs - 4 - n);
   uint32_t enc = uint32_t(n) ^ size_mask(p);
   std::memcpy(b + bs - 4, &enc, 4);
 }
 
 size_t secure_requested(const void* p, const Span* s) {
+  span_check_free(s, p);
   const uint8_t* b = static_cast<const uint8_t*>(p);
   uint32_t bs = s->block_size.load(std::memory_order_relaxed);
   uint32_t enc;
@@ -132,8 +136,7 @@ void secure_fill_link(void* p) { std::memset(p, fill_byte(), 8); }
 
 void secure_check_quarantined(const void* p, uint32_t bs) {
   const uint8_t* b = static_cast<const uint8_t*>(p);
-  if (first_other(b, 8, fill_byte()) != 8 || !has_canary(p) ||
-      (bs > 16 && first_other(b + 16, bs - 16, fill_byte()) != bs - 16))
+  if (first_other(b, 8, fill_byte()) != 8 || !has_canary(p) || !fill_intact(b, bs))
     report_misuse("write after free", p);
 }
 

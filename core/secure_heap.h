@@ -64,8 +64,9 @@ unsigned secure_class(unsigned c, size_t n);
 // after free) and writes its tail for n requested bytes.
 void secure_format(void* p, uint32_t bs, size_t n);
 
-// Free side, for a block p of span s that the caller checked is a block in use:
-// checks its tail (reports an overflow) and returns its requested size.
+// Free side, for a pointer p into small span s: checks that p is a block in use
+// (span_check_free) and its tail (reports an overflow), and returns its
+// requested size.
 size_t secure_requested(const void* p, const Span* s);
 
 // Fills a free block's bytes after its first 16 (free and carving).

@@ -65,6 +65,9 @@ static_assert(kClassTables.info[kClassCount - 1].block_size == kSmallMax, "last 
 
 FW_INLINE const ClassInfo& class_info(unsigned c) { return kClassTables.info[c]; }
 FW_INLINE uint32_t class_block_size(unsigned c) { return kClassTables.info[c].block_size; }
+// What every block of class c is aligned to: the lowest set bit of its size
+// (blocks sit at span_base + i*block_size, spans are kVspanSize-aligned).
+FW_INLINE uint32_t class_align(unsigned c) { return class_block_size(c) & (0u - class_block_size(c)); }
 
 // Class for n <= kSmallTableMax: one table load.
 FW_INLINE unsigned class_of_small(size_t n) { return kClassTables.small[(n + 15) >> 4]; }
