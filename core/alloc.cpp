@@ -56,21 +56,16 @@ FW_NOINLINE void* malloc_secure(Lab* lab, unsigned c, size_t n) {
       return z;
     }
   }
-  Lab* mine = lab;
-  if (lab == &g_lab_empty || lab == &g_lab_secure) {
-    Lab* bound = lab_bind_thread();
-    if (bound != nullptr) mine = bound;
-  }
+  Lab* mine = lab_own(lab);
   void* p;
   if (is_placeholder(mine)) {  // BUSY (a signal handler), DEAD, or no LAB could be had
     Lab* t = lab_take_transient();
     p = t != nullptr ? secure_block(t, c, n) : nullptr;
     if (t != nullptr) lab_put_transient(t);
-    leave(lab);
   } else {
     p = secure_block(mine, c, n);
-    leave(&g_lab_secure);
   }
+  leave(lab_slot_after(mine));
   if (p == nullptr) out_of_memory(n);
   return p;
 }

@@ -40,13 +40,6 @@ void free_foreign(Lab* lab, void* p) {
   lab_set_current(lab);
 }
 
-// The span of a block that was in the quarantine.
-Span* quarantined_span(void* p) {
-  Span* d = span_of(p);
-  if (d == nullptr) report_misuse("heap corruption: a quarantined block outside the heap", p);
-  return d;
-}
-
 // Secure mode (secure_heap.h): checks block p of span d and fills it, then
 // puts it in the quarantine of `mine` (the thread's LAB, or a placeholder:
 // then none). Returns the block to free now (checked and canaried already),
@@ -79,18 +72,6 @@ void free_small(Lab* mine, void* p, Span* d, bool checked) {
   lab_free_block(mine, p, d);
 }
 
-// The thread's LAB for a slow path entered with `lab` in the slot, bound now if
-// the thread has none yet (or a placeholder if none can be had).
-Lab* own_lab(Lab* lab) {
-  if (lab == &g_lab_empty || lab == &g_lab_secure) {
-    if (Lab* bound = lab_bind_thread()) return bound;
-  }
-  return lab;
-}
-
-// What the slot holds when a slow path leaves: in secure mode SECURE, never the LAB.
-Lab* slot_after(Lab* mine) { return secure_mode() && !is_placeholder(mine) ? &g_lab_secure : mine; }
-
 }  // namespace
 
 void free_slow(Lab* lab, void* p, Span* d) {
@@ -108,8 +89,8 @@ void free_slow(Lab* lab, void* p, Span* d) {
     }
     return free_foreign(lab, p);
   }
-  Lab* mine = own_lab(lab);
-  Lab* back = slot_after(mine);
+  Lab* mine = lab_own(lab);
+  Lab* back = lab_slot_after(mine);
   uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
   if (state == kHot || state == kFull || state == kPartial) {
     if (!secure_mode()) {
@@ -135,10 +116,10 @@ void quarantine_flush() {
   Lab* lab = lab_current();
   lab_set_current(&g_lab_busy);
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  Lab* mine = own_lab(lab);
+  Lab* mine = lab_own(lab);
   if (!is_placeholder(mine)) lab_flush_quarantine(mine);
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  lab_set_current(slot_after(mine));
+  lab_set_current(lab_slot_after(mine));
 }
 
 }  // namespace fw

@@ -190,14 +190,27 @@ void lab_free_block(Lab* lab, void* p, Span* d) {
   lab_count(lab->frees[c]);
 }
 
+Lab* lab_own(Lab* slot) {
+  if (slot == &g_lab_empty || slot == &g_lab_secure) {
+    if (Lab* bound = lab_bind_thread()) return bound;
+  }
+  return slot;
+}
+
+Lab* lab_slot_after(Lab* mine) { return secure_mode() && !is_placeholder(mine) ? &g_lab_secure : mine; }
+
+Span* quarantined_span(const void* p) {
+  Span* d = span_of(p);
+  if (d == nullptr) report_misuse("heap corruption: a quarantined block outside the heap", p);
+  return d;
+}
+
 void lab_flush_quarantine(Lab* lab) {
   for (void*& slot : lab->quarantine) {
     void* p = slot;
     if (p == nullptr) continue;
     slot = nullptr;
-    Span* d = span_of(p);
-    if (d == nullptr) report_misuse("heap corruption: a quarantined block outside the heap", p);
-    lab_free_block(lab, p, d);
+    lab_free_block(lab, p, quarantined_span(p));
   }
 }
 

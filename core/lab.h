@@ -117,6 +117,18 @@ void lab_flush_pending(Lab* lab);
 // carve, or take a span. nullptr when out of memory.
 void* lab_refill(Lab* lab, unsigned c);
 
+// For a slow path entered with `slot` in the thread slot: the thread's LAB,
+// bound now if the thread has none yet (EMPTY) or it is kept aside (SECURE),
+// or `slot` itself (a placeholder) if none can be had.
+Lab* lab_own(Lab* slot);
+// What the thread slot gets back when a slow path that worked with `mine`
+// leaves: in secure mode SECURE, never the LAB itself.
+Lab* lab_slot_after(Lab* mine);
+
+// The span of a block that was in a quarantine (secure mode); a block outside
+// the heap there means the quarantine was overwritten: the process stops.
+Span* quarantined_span(const void* p);
+
 // Frees block p of small span d (checked and canaried already) for lab's
 // holder: onto lab's list if lab owns d, else onto its pending chain.
 void lab_free_block(Lab* lab, void* p, Span* d);
