@@ -47,8 +47,8 @@ std::atomic<uint64_t> g_decayed_at{0};
 
 uint64_t base_budget() { return uint64_t(option(Option::retain_mb)) << 20; }
 
-uint64_t budget_now() {
-  uint64_t base = base_budget();
+// The budget now, for a base of `base` bytes (base_budget()).
+uint64_t budget_now(uint64_t base) {
   uint64_t b = g_budget.load(std::memory_order_relaxed);
   if (b < base) b = base;
   uint64_t now = os::now_ns(), at = g_decayed_at.load(std::memory_order_relaxed);
@@ -304,10 +304,11 @@ Span* pool_take_run(uint32_t n, uint64_t want) {
 void pool_give(Span* head, uint32_t len) {
   g_given_spans.fetch_add(len, std::memory_order_relaxed);
   uint64_t c = head->committed.load(std::memory_order_relaxed);
-  uint64_t budget = budget_now();
+  const uint64_t base = base_budget();
+  uint64_t budget = budget_now(base);
   uint64_t big = uint64_t(option(Option::decommit_kb)) << 10;
   // A big run is kept only when demand has raised the budget above its base.
-  if (c > 0 && (g_retained.load(std::memory_order_relaxed) + c > budget || (c > big && budget <= base_budget()))) {
+  if (c > 0 && (g_retained.load(std::memory_order_relaxed) + c > budget || (c > big && budget <= base))) {
     decommit_span(head);
     g_shortfall.fetch_add(c, std::memory_order_relaxed);
   }
