@@ -130,7 +130,7 @@ void* fw_alloc_aligned(size_t align, size_t n) {
 }
 
 size_t fw_usable(const void* p) {
-  Span* d = arena_owns(p) ? span_of(p) : nullptr;
+  Span* d = span_of_owned(p);
   if (d == nullptr) {
     if (zero_owns(p)) return 0;  // secure mode's malloc(0)
     const ForeignHeap* other = foreign_owner(p);
@@ -145,7 +145,7 @@ size_t fw_usable(const void* p) {
 }
 
 void* fw_block_start(const void* p) {
-  Span* d = arena_owns(p) ? span_of(p) : nullptr;
+  Span* d = span_of_owned(p);
   if (d == nullptr) return nullptr;
   uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
   if (state == kHot || state == kFull || state == kPartial) {
@@ -164,7 +164,7 @@ void* fw_realloc_impl(void* p, size_t n) {
     free_block(p);
     return nullptr;
   }
-  Span* d = arena_owns(p) ? span_of(p) : nullptr;
+  Span* d = span_of_owned(p);
   size_t old;
   // A block of the heap freeway replaced (foreign.h) moves into freeway.
   const ForeignHeap* other = nullptr;

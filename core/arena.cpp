@@ -235,13 +235,16 @@ bool arena_init() {
   return true;
 }
 
-bool arena_owns(const void* p) {
+Span* span_of_owned(const void* p) {
   Span* slice = region_slice_of(p);
-  if (slice == nullptr) return false;
+  if (slice == nullptr) return nullptr;
   const Region& reg = g_regions[span_index(slice) / kVspansPerRegion];
   uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  return a - reg.base.load(std::memory_order_relaxed) < reg.size.load(std::memory_order_acquire);
+  if (a - reg.base.load(std::memory_order_relaxed) >= reg.size.load(std::memory_order_acquire)) return nullptr;
+  return span_in_slice(slice, p);
 }
+
+bool arena_owns(const void* p) { return span_of_owned(p) != nullptr; }
 
 uint32_t arena_fresh_vspans(uint32_t n, uint32_t* leftover, uint32_t* leftover_len) {
   *leftover_len = 0;

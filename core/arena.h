@@ -74,6 +74,8 @@ FW_INLINE Span* region_slice_of(const void* p) {
 // below the end of its region's reservation. For the slow paths that must tell
 // freeway's memory from foreign memory in the unreserved tail of a slot.
 bool arena_owns(const void* p);
+// span_of for those slow paths: nullptr also past the reservation (one lookup).
+Span* span_of_owned(const void* p);
 // Descriptor of the virtual span holding p within its region's slice.
 FW_INLINE Span* span_in_slice(Span* slice, const void* p) {
   return reinterpret_cast<Span*>(reinterpret_cast<uintptr_t>(slice) +
