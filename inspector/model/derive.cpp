@@ -182,9 +182,13 @@ std::vector<std::string> check_spans(const Snapshot& s) {
     if (sp.carved > sp.capacity) say(i, sp, "carved > capacity");
     if (sp.remote_count > sp.carved) say(i, sp, "more free blocks than carved (remote_count > carved)");
     // Secure mode gives up a span's last page to its guard page (FWT_SPAN_GUARD).
-    const uint64_t guard = (sp.flags & FWT_SPAN_GUARD) != 0 ? s.page_size : 0;
-    const uint64_t capacity = !guard ? k.capacity : k.block_size == 0 || guard > k.span_bytes ? 0 : (k.span_bytes - guard) / k.block_size;
-    if (sp.capacity != capacity) say(i, sp, guard ? "capacity differs from its class's less a guard page" : "capacity differs from its class's");
+    if ((sp.flags & FWT_SPAN_GUARD) == 0) {
+      if (sp.capacity != k.capacity) say(i, sp, "capacity differs from its class's");
+    } else {
+      const bool room = k.block_size != 0 && s.page_size <= k.span_bytes;
+      const uint64_t capacity = room ? (k.span_bytes - s.page_size) / k.block_size : 0;
+      if (sp.capacity != capacity) say(i, sp, "capacity differs from its class's less a guard page");
+    }
     if (uint64_t(sp.capacity) * k.block_size > sp.committed) say(i, sp, "blocks beyond committed memory");
     if (sp.committed > vspan_bytes) say(i, sp, "committed beyond its virtual span");
     if (sp.state == FWT_SPAN_HOT) continue;
