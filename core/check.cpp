@@ -23,7 +23,8 @@ int check_heap() {
   uint64_t in_use[kClassCount] = {};
   for (Lab* lab = lab_first(); lab != nullptr; lab = lab->all_next.load(std::memory_order_acquire)) {
     if (!lab_is_valid(lab)) bad++;
-    if (const Span* s = lab->pending_span) in_use[s->cls.load(std::memory_order_relaxed)] -= lab->pending_count;
+    for (const PendingChain& ch : lab->pending)
+      if (ch.span != nullptr) in_use[ch.span->cls.load(std::memory_order_relaxed)] -= pending_count(ch);
     for (unsigned c = 0; c < kClassCount; c++) {
       uint64_t n = 0;
       for (void* b = lab->free[c]; b != nullptr && n < (1u << 20); b = block_next(b)) n++;

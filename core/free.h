@@ -2,9 +2,9 @@
 //
 // The fast path (free_block) handles a block of the calling thread's own hot
 // span, which is what a thread freeing its own recent allocations hits, and a
-// block of the span the thread is already freeing a run of blocks into (the
-// LAB's pending chain, lab.h), so a batch of frees into a span the thread let
-// float costs one CAS in all. For its own hot span:
+// block of a span that already has a pending chain in the LAB with room left
+// (lab.h), so frees into spans the thread let float cost one CAS per chain
+// (up to kPendingBytes of blocks), not one each. For its own hot span:
 //   load the thread slot; store BUSY; region map load; descriptor owner load; compare;
 //   class load; block check (multiply, rotate, compare with carved); canary
 //   check and set; link the block into free[c]; bump frees[c]; restore the slot.
@@ -53,6 +53,25 @@ FW_INLINE void free_block_impl(void* p, size_t n, bool aligned);
 FW_INLINE void free_block(void* p) { free_block_impl<false>(p, 0, false); }
 FW_INLINE void free_block_sized(void* p, size_t n, bool aligned) { free_block_impl<true>(p, n, aligned); }
 
+// The checks both fast-path cases make on block p of span d, class c: the size
+// of a sized free, and (hardening, secure.h) that p starts a carved block and
+// is not free already; then p's free canary is set. false: take the slow path.
+template <bool kSized>
+FW_INLINE bool free_fast_checks(void* p, const Span* d, unsigned c, size_t n, bool aligned) {
+  if constexpr (kSized) {
+    // A mismatch stops the process: nothing to keep across the call.
+    if (FW_UNLIKELY(!sized_free_fits(n, class_block_size(c), aligned))) report_sized_free(p, n, class_block_size(c));
+  }
+#if FREEWAY_HARDENING
+  uint64_t canary = canary_of(p);
+  if (FW_UNLIKELY(block_number(p, c) >= d->carved.load(std::memory_order_relaxed) ||
+                  static_cast<uint64_t*>(p)[1] == canary))
+    return false;
+  static_cast<uint64_t*>(p)[1] = canary;
+#endif
+  return true;
+}
+
 template <bool kSized>
 FW_INLINE void free_block_impl(void* p, size_t n, bool aligned) {
   Lab* lab = lab_current();
@@ -61,33 +80,25 @@ FW_INLINE void free_block_impl(void* p, size_t n, bool aligned) {
   Span* slice = region_slice_of(p);
   if (FW_UNLIKELY(slice == nullptr)) return free_slow(lab, p, nullptr);
   Span* d = span_in_slice(slice, p);
-  // Our own hot span: onto its owner-side list. The span we are already
-  // freeing a run of blocks into: onto the LAB's pending chain for it.
-  bool own = d->owner.load(std::memory_order_relaxed) == lab;
-  if (FW_UNLIKELY(!own && d != lab->pending_span)) {
-    if constexpr (kSized) return free_slow_sized(lab, p, d, n, aligned);
-    return free_slow(lab, p, d);
-  }
-  unsigned c = d->cls.load(std::memory_order_relaxed);
-  if constexpr (kSized) {
-    // A mismatch stops the process: nothing to keep across the call.
-    if (FW_UNLIKELY(!sized_free_fits(n, class_block_size(c), aligned))) report_sized_free(p, n, class_block_size(c));
-  }
-  // Hardening (secure.h): p must start a carved block and must not be free already.
-#if FREEWAY_HARDENING
-  uint64_t canary = canary_of(p);
-  if (FW_UNLIKELY(block_number(p, c) >= d->carved.load(std::memory_order_relaxed) ||
-                  static_cast<uint64_t*>(p)[1] == canary))
-    return free_slow(lab, p, d);
-  static_cast<uint64_t*>(p)[1] = canary;
-#endif
-  if (FW_LIKELY(own)) {
+  unsigned c;
+  if (FW_LIKELY(d->owner.load(std::memory_order_relaxed) == lab)) {
+    // Our own hot span: onto its owner-side list.
+    c = d->cls.load(std::memory_order_relaxed);
+    if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, c, n, aligned))) return free_slow(lab, p, d);
     block_link(p, lab->free[c]);
     lab->free[c] = p;
   } else {
-    block_link(p, lab->pending_head);
-    lab->pending_head = p;
-    lab->pending_count++;
+    // A span with a pending chain in this LAB that has room: onto the chain.
+    PendingChain* ch = &lab->pending[pending_slot(d)];
+    if (FW_UNLIKELY(d != ch->span || ch->room == 0)) {
+      if constexpr (kSized) return free_slow_sized(lab, p, d, n, aligned);
+      return free_slow(lab, p, d);
+    }
+    c = d->cls.load(std::memory_order_relaxed);
+    if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, c, n, aligned))) return free_slow(lab, p, d);
+    block_link(p, ch->head);
+    ch->head = p;
+    ch->room--;
   }
   lab_count(lab->frees[c]);
   std::atomic_signal_fence(std::memory_order_seq_cst);

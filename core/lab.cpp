@@ -127,24 +127,54 @@ void lab_put_transient(Lab* lab) {
   lab_put(lab);
 }
 
+namespace {
+
+void chain_flush(Lab* lab, unsigned i) {
+  PendingChain& ch = lab->pending[i];
+  if (ch.span == nullptr) return;
+  lab->pending_of_class[ch.span->cls.load(std::memory_order_relaxed)] &= ~(uint64_t(1) << i);
+  span_free_list(ch.span, ch.head, ch.tail, pending_count(ch));
+  ch = PendingChain{};
+}
+
+// Before lab takes a new span for class c: its pending frees of class c go to
+// their spans first, which may make them reusable (the blowup bound).
+void flush_pending_class(Lab* lab, unsigned c) {
+  while (uint64_t bits = lab->pending_of_class[c]) chain_flush(lab, unsigned(__builtin_ctzll(bits)));
+}
+
+}  // namespace
+
 void lab_flush_pending(Lab* lab) {
-  Span* s = lab->pending_span;
-  if (s == nullptr) return;
-  span_free_list(s, lab->pending_head, lab->pending_tail, lab->pending_count);
-  lab->pending_span = nullptr;
-  lab->pending_head = lab->pending_tail = nullptr;
-  lab->pending_count = 0;
+  for (unsigned i = 0; i < kPendingChains; i++) chain_flush(lab, i);
+}
+
+uint32_t lab_pending_count(const Lab* lab) {
+  // The holder writes its chains with plain stores; relaxed atomic reads of
+  // aligned words give values they had, perhaps of two states of a chain (a
+  // figure, never followed; descriptors are never unmapped).
+  uint32_t n = 0;
+  for (const PendingChain& ch : lab->pending) {
+    const Span* s = __atomic_load_n(&ch.span, __ATOMIC_RELAXED);
+    if (s == nullptr) continue;
+    uint32_t limit = pending_limit(s->block_size.load(std::memory_order_relaxed));
+    uint32_t room = __atomic_load_n(&ch.room, __ATOMIC_RELAXED);
+    n += room < limit ? limit - room : 0;
+  }
+  return n;
 }
 
 void lab_defer_free(Lab* lab, Span* s, void* p) {
-  if (lab->pending_span != s) {
-    lab_flush_pending(lab);
-    lab->pending_span = s;
-    lab->pending_tail = p;
+  unsigned i = pending_slot(s);
+  PendingChain& ch = lab->pending[i];
+  if (ch.span != s || ch.room == 0) {
+    chain_flush(lab, i);
+    ch = PendingChain{s, nullptr, p, pending_limit(s->block_size.load(std::memory_order_relaxed))};
+    lab->pending_of_class[s->cls.load(std::memory_order_relaxed)] |= uint64_t(1) << i;
   }
-  block_link(p, lab->pending_head);
-  lab->pending_head = p;
-  lab->pending_count++;
+  block_link(p, ch.head);
+  ch.head = p;
+  ch.room--;
 }
 
 void lab_flush(Lab* lab) {
@@ -171,6 +201,7 @@ void* lab_refill(Lab* lab, unsigned c) {
       if (!span_float(s, lab)) continue;  // remote frees arrived: collect them
       lab->hot[c] = nullptr;
     }
+    flush_pending_class(lab, c);
     void* list;
     Span* s = acquire_span(lab, c, &list);
     if (s == nullptr) return nullptr;
@@ -220,10 +251,22 @@ uint64_t lab_threads_created() { return g_threads_created.load(std::memory_order
 
 bool lab_is_valid(const Lab* lab) {
   bool ok = true;
-  uint32_t pending = 0;
-  for (void* b = lab->pending_head; b != nullptr && pending <= lab->pending_count; b = block_next(b)) pending++;
-  if (pending != lab->pending_count || ((lab->pending_span == nullptr) != (pending == 0)))
-    ok = report_invariant("lab: pending chain does not match its count", pending);
+  for (const PendingChain& ch : lab->pending) {
+    uint32_t n = 0, count = pending_count(ch);
+    for (void* b = ch.head; b != nullptr && n <= count; b = block_next(b)) n++;
+    if (n != count || (ch.span == nullptr) != (n == 0))
+      ok = report_invariant("lab: pending chain does not match its count", n);
+    if (ch.span != nullptr && &lab->pending[pending_slot(ch.span)] != &ch)
+      ok = report_invariant("lab: pending chain in another span's slot", span_index(ch.span));
+  }
+  for (unsigned c = 0; c < kClassCount; c++) {
+    for (unsigned i = 0; i < kPendingChains; i++) {
+      const Span* s = lab->pending[i].span;
+      bool of_c = s != nullptr && s->cls.load(std::memory_order_relaxed) == c;
+      if (of_c != ((lab->pending_of_class[c] >> i) & 1))
+        ok = report_invariant("lab: pending chain missing from its class mask", i);
+    }
+  }
   for (unsigned c = 0; c < kClassCount; c++) {
     const Span* s = lab->hot[c];
     if (s == nullptr) {

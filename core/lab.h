@@ -29,9 +29,10 @@
 //                          free[c] lists only blocks of hot[c]
 //   allocs[c], frees[c] are written only by the LAB's holder (relaxed); a
 //   thread frees into another thread's span counts the free in its own LAB.
-//   pending_span == nullptr  <=>  pending_count == 0; otherwise the chain from
-//   pending_head to pending_tail holds pending_count checked, canaried blocks
-//   of pending_span, which still counts them as in use.
+//   for each pending chain ch: ch.span == nullptr  <=>  ch.count == 0; otherwise
+//   ch is the slot of ch.span (pending_slot), not owned by this LAB, and
+//   head..tail holds ch.count < ch.limit checked, canaried blocks of it, which
+//   the span still counts as in use.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -47,16 +48,33 @@ enum LabKind : uint32_t { kLabIdle = 0, kLabThread = 1, kLabTransient = 2 };
 
 constexpr unsigned kLabQuarantine = 256;  // secure mode: freed blocks a thread holds back (secure_heap.h)
 
+// Blocks freed into one span this LAB does not own, not yet given to it:
+// freeing into that span again is plain pointer work. The chain goes to the
+// span in one CAS when it holds kPendingBytes of blocks, when a free into
+// another span needs its slot, when the LAB needs a new span of that class,
+// and when the LAB is flushed. A LAB has kPendingChains of them, one slot per
+// span descriptor (pending_slot), so a thread freeing its older blocks of many
+// spans in random order (Larson's server, shbench) still batches its frees.
+struct PendingChain {
+  Span* span;  // nullptr: the slot is empty
+  void* head;
+  void* tail;
+  uint32_t room;  // frees the chain still takes; at 0 the next one gives it to its span
+};
+constexpr unsigned kPendingChains = 64;  // pending_of_class is a 64-bit mask
+constexpr uint32_t kPendingBytes = 16 * 1024;
+// Blocks a chain of blocks of bsize bytes holds at most (at least 1).
+FW_INLINE uint32_t pending_limit(uint32_t bsize) { return bsize >= kPendingBytes ? 1 : kPendingBytes / bsize; }
+// Blocks chain ch holds.
+FW_INLINE uint32_t pending_count(const PendingChain& ch) {
+  return ch.span == nullptr ? 0 : pending_limit(ch.span->block_size.load(std::memory_order_relaxed)) - ch.room;
+}
+
 struct Lab {
   void* free[kClassCount];  // first: the fast path indexes it from the LAB pointer
   Span* hot[kClassCount];
-  // Blocks freed into one span this LAB does not own, not yet given to it:
-  // freeing into the same span again is plain pointer work; the chain goes to
-  // the span in one CAS when a free hits another span, or the LAB is flushed.
-  Span* pending_span;
-  void* pending_head;
-  void* pending_tail;
-  uint32_t pending_count;
+  PendingChain pending[kPendingChains];
+  uint64_t pending_of_class[kClassCount];  // bit i: pending[i] holds blocks of that class
   std::atomic<uint64_t> allocs[kClassCount];
   std::atomic<uint64_t> frees[kClassCount];
   std::atomic<uint32_t> kind;
@@ -75,6 +93,11 @@ extern Lab g_lab_empty;  // a thread that has not called freeway yet
 extern Lab g_lab_busy;   // the thread is inside malloc/free
 extern Lab g_lab_dead;   // the thread's LAB was released at thread exit
 extern Lab g_lab_secure; // secure mode: the thread's LAB is elsewhere, every call takes the slow path
+
+// The pending chain slot of span d: consecutive descriptors get consecutive slots.
+FW_INLINE unsigned pending_slot(const Span* d) {
+  return unsigned((reinterpret_cast<uintptr_t>(d) / sizeof(Span)) % kPendingChains);
+}
 
 FW_INLINE bool is_placeholder(const Lab* lab) {
   return lab == &g_lab_empty || lab == &g_lab_busy || lab == &g_lab_dead || lab == &g_lab_secure;
@@ -109,10 +132,12 @@ void lab_put_transient(Lab* lab);
 // Releases every hot span of lab and gives its pending frees to their span
 // (its holder calls this).
 void lab_flush(Lab* lab);
-// Frees checked block p of span s (not owned by lab) through lab's pending chain.
+// Frees checked block p of span s (not owned by lab) through lab's pending chain for s.
 void lab_defer_free(Lab* lab, Span* s, void* p);
-// Gives lab's pending chain to its span.
+// Gives every pending chain of lab to its span.
 void lab_flush_pending(Lab* lab);
+// Blocks lab holds in pending chains (a figure; plain reads of the holder's fields).
+uint32_t lab_pending_count(const Lab* lab);
 // Allocation from lab for class c when free[c] is empty: collect remote frees,
 // carve, or take a span. nullptr when out of memory.
 void* lab_refill(Lab* lab, unsigned c);

@@ -169,9 +169,7 @@ void write_snapshot(fwt_header* h, uint64_t start_ns, uint64_t last_publish_ns) 
       out.allocs += lab->allocs[c].load(std::memory_order_relaxed);
       out.frees += lab->frees[c].load(std::memory_order_relaxed);
     }
-    // Written by the LAB's holder with plain stores; a relaxed atomic read of
-    // an aligned word gives some value it had (a figure, never followed).
-    out.pending = __atomic_load_n(&lab->pending_count, __ATOMIC_RELAXED);
+    out.pending = lab_pending_count(lab);
     std::memcpy(&labs[lab_count++], &out, sizeof out);
   }
 

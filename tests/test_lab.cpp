@@ -109,8 +109,9 @@ TEST_CASE("frees into a span the thread let float are batched and reach the span
     for (void* p : v) (span_of(p) == first ? mine : others).push_back(p);
     for (void* p : mine) fw_free(p);
     // Every block of `first` is free, but the frees wait in the LAB's pending chain.
-    CHECK(lab_current()->pending_span == first);
-    CHECK(lab_current()->pending_count == mine.size());
+    const PendingChain& ch = lab_current()->pending[pending_slot(first)];
+    CHECK(ch.span == first);
+    CHECK(pending_count(ch) == mine.size());
     CHECK(Anchor::unpack(first->anchor.load()).state == kFull);
     CHECK(fw_check_heap() == 0);  // the block equation counts pending blocks as free
     // A free into another floated span flushes the chain: `first` is empty, so it is FREE.
