@@ -65,8 +65,11 @@ TEST_CASE("thread exit releases the hot spans and other threads adopt them") {
     CHECK((st == kFull || st == kPartial));
   }
   CHECK(fw_check_heap() == 0);
-  // Free half remotely; the spans become reusable, and a new thread reuses them.
-  for (size_t i = 0; i < kept.size(); i += 2) fw_free(kept[i]);
+  // Free half from another thread, which exits (its pending chains reach the
+  // spans); the spans become reusable, and a new thread reuses them.
+  std::thread([&] {
+    for (size_t i = 0; i < kept.size(); i += 2) fw_free(kept[i]);
+  }).join();
   fw_stats_t before;
   fw_stats(&before);
   std::thread([&] {
@@ -98,31 +101,49 @@ TEST_CASE("a thread's LAB goes back to the idle stack at exit and is reused by t
   CHECK(s.threads_created >= 2);
 }
 
-TEST_CASE("frees into a span the thread let float are batched and reach the span in one step") {
-  std::thread([] {
+TEST_CASE("frees into spans the thread let float wait in pending chains, one per span, and reach each span in one step") {
+  Span* first = nullptr;
+  std::thread([&] {
     // Enough 64-byte blocks to fill several spans: all but the last are floated (FULL).
     std::vector<void*> v;
     for (int i = 0; i < 3 * 1024 + 10; i++) v.push_back(fw_malloc(64));
-    Span* first = span_of(v[0]);
+    first = span_of(v[0]);
     REQUIRE(Anchor::unpack(first->anchor.load()).state == kFull);
     std::vector<void*> mine, others;
     for (void* p : v) (span_of(p) == first ? mine : others).push_back(p);
-    for (void* p : mine) fw_free(p);
-    // Every block of `first` is free, but the frees wait in the LAB's pending chain.
+    const uint32_t limit = pending_limit(64);  // 16 KiB of 64-byte blocks
+    REQUIRE(mine.size() > limit);
     const PendingChain& ch = lab_current()->pending[pending_slot(first)];
+    for (uint32_t i = 0; i < limit; i++) fw_free(mine[i]);
+    // The frees wait in the chain: the span has not seen them.
     CHECK(ch.span == first);
-    CHECK(pending_count(ch) == mine.size());
-    CHECK(Anchor::unpack(first->anchor.load()).state == kFull);
+    CHECK(pending_count(ch) == limit);
+    CHECK(Anchor::unpack(first->anchor.load()).count == 0);
     CHECK(fw_check_heap() == 0);  // the block equation counts pending blocks as free
-    // A free into another floated span flushes the chain: `first` is empty, so it is FREE.
+    // The chain is full: the next free gives it to the span in one step.
+    fw_free(mine[limit]);
+    CHECK(Anchor::unpack(first->anchor.load()).count == limit);
+    CHECK(pending_count(ch) == 1);
+    // A free into another floated span uses that span's chain and leaves this one.
     void* other = nullptr;
     for (void* p : others)
       if (span_of(p)->owner.load() != lab_current()) other = p;
     REQUIRE(other != nullptr);
     fw_free(other);
-    CHECK(Anchor::unpack(first->anchor.load()).state == kFree);
+    CHECK(pending_count(ch) == 1);
+    CHECK(lab_current()->pending[pending_slot(span_of(other))].span == span_of(other));
+    // Taking a new span of the class first gives the class's chains to their spans.
+    Span* hot = lab_current()->hot[class_of(64)];
+    std::vector<void*> more;
+    while (lab_current()->hot[class_of(64)] == hot) more.push_back(fw_malloc(64));
+    CHECK(ch.span == nullptr);
+    CHECK(fw_check_heap() == 0);
+    for (void* p : more) fw_free(p);
+    for (size_t i = limit + 1; i < mine.size(); i++) fw_free(mine[i]);
     for (void* p : others)
       if (p != other) fw_free(p);
-    CHECK(fw_check_heap() == 0);
   }).join();
+  // Thread exit gave every chain to its span: `first` is empty, so it is FREE.
+  CHECK(Anchor::unpack(first->anchor.load()).state == kFree);
+  CHECK(fw_check_heap() == 0);
 }
