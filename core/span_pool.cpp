@@ -187,8 +187,9 @@ uint32_t take_all() {
 // maximal contiguous runs, so that spans freed one by one can serve a long run
 // instead of new address space. Lock-free: each pop and push is; the rest is
 // local work on spans this thread holds. A merged run keeps the committed
-// prefix of its first piece; the later pieces are decommitted (their pages
-// would not be a prefix). Returns true if a run of >= n spans exists afterwards.
+// prefix of its first piece, extended by each later piece that follows a
+// fully committed part; the pages of a piece after a gap are decommitted
+// (they would not be a prefix). Returns true if a run of >= n spans exists afterwards.
 // A gathered span's `offset` holds the gathering call's token (top bit set;
 // real offsets of large blocks are below 2^31), so two threads coalescing at
 // the same time each see only the spans they gathered themselves.
@@ -208,12 +209,22 @@ bool coalesce(uint32_t n) {
   for (uint32_t h = chain; h != kNoIndex; h = span_at(h)->pool_next.load(std::memory_order_relaxed)) {
     if (!gathered(h) || (h % kVspansPerRegion != 0 && gathered(h - 1))) continue;
     uint32_t len = 0;
+    uint64_t prefix = 0;  // committed bytes from the stretch's base on, without a gap
     while (len < kVspansPerRegion && (len == 0 || (h + len) % kVspansPerRegion != 0) && gathered(h + len)) {
       Span* piece = span_at(h + len);
       piece->offset.store(0, std::memory_order_relaxed);
-      if (len > 0) decommit_span(piece);  // a later piece's pages: not part of the prefix
+      uint64_t c = piece->committed.load(std::memory_order_relaxed);
+      if (len == 0) {
+        prefix = c;
+      } else if (c != 0 && prefix == uint64_t(len) << kVspanShift) {
+        prefix += c;  // everything before it is committed: its pages extend the prefix
+        piece->committed.store(0, std::memory_order_relaxed);
+      } else {
+        decommit_span(piece);  // after a gap: not part of the prefix
+      }
       len++;
     }
+    span_at(h)->committed.store(prefix, std::memory_order_relaxed);
     span_at(h)->run_len.store(len, std::memory_order_relaxed);
     span_at(h)->large_size.store(stretches, std::memory_order_relaxed);
     stretches = h;

@@ -49,6 +49,35 @@ TEST_CASE("a run is split and its rest stays available as a shorter run") {
   CHECK(pool_is_valid());
 }
 
+TEST_CASE("free pieces merged into a run keep the committed pages that extend its prefix") {
+  // Pieces 0-1 (fully committed), 2 (half) and 3 (a quarter), given back
+  // apart: no run of 4 is pooled, so taking one merges them.
+  Span* run = pool_take_run(4, 0);
+  REQUIRE(run != nullptr);
+  uint32_t i = span_index(run);
+  Span* p0 = span_at(i);
+  Span* p2 = span_at(i + 2);
+  Span* p3 = span_at(i + 3);
+  REQUIRE(span_commit(p0, 2 * kVspanSize));
+  REQUIRE(span_commit(p2, kVspanSize / 2));
+  REQUIRE(span_commit(p3, kVspanSize / 4));
+  uint64_t committed = committed_bytes();
+  p0->run_len.store(2);
+  pool_give(p0, 2);
+  pool_give(p2, 1);
+  pool_give(p3, 1);
+  Span* merged = pool_take_run(4, 0);
+  REQUIRE(merged == p0);
+  // 0-1 and 2 are a prefix without a gap; 3 follows a half-committed piece, so
+  // its pages are given back.
+  CHECK(merged->committed.load() == 2 * kVspanSize + kVspanSize / 2);
+  CHECK(p2->committed.load() == 0);
+  CHECK(p3->committed.load() == 0);
+  CHECK(committed_bytes() == committed - kVspanSize / 4);
+  pool_give(merged, 4);
+  CHECK(pool_is_valid());
+}
+
 TEST_CASE("committed memory kept in the pool stays under the retain limit") {
   // Commit many spans, give them all back: most must be decommitted.
   std::vector<Span*> spans;
