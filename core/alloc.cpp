@@ -149,7 +149,7 @@ void* fw_block_start(const void* p) {
   if (d == nullptr) return nullptr;
   uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
   if (state == kHot || state == kFull || state == kPartial) {
-    uintptr_t base = span_base(d), q = reinterpret_cast<uintptr_t>(p);
+    uintptr_t base = span_blocks(d), q = reinterpret_cast<uintptr_t>(p);
     uint32_t bsize = d->block_size.load(std::memory_order_relaxed);
     uintptr_t n = (q - base) / bsize;
     if (n >= d->carved.load(std::memory_order_relaxed)) return nullptr;

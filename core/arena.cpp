@@ -93,6 +93,7 @@ bool region_publish(uint32_t r, uintptr_t base, uint64_t size, RegionKind kind) 
     slice[i].anchor.store(Anchor{0, 0, kFree, false, uint32_t(tag)}.pack(), std::memory_order_relaxed);
     slice[i].owner.store(nullptr, std::memory_order_relaxed);
     slice[i].committed.store(0, std::memory_order_relaxed);
+    slice[i].cls.store(uint16_t(kNoClass), std::memory_order_relaxed);  // its window is its base
     slice[i].run_len.store(0, std::memory_order_relaxed);
   }
   Region& reg = g_regions[r];

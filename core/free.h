@@ -64,7 +64,8 @@ FW_INLINE bool free_fast_checks(void* p, const Span* d, unsigned c, size_t n, bo
   }
 #if FREEWAY_HARDENING
   uint64_t canary = canary_of(p);
-  if (FW_UNLIKELY(block_number(p, c) >= d->carved.load(std::memory_order_relaxed) ||
+  if (FW_UNLIKELY(block_number(p, c, d->offset.load(std::memory_order_relaxed)) >=
+                      d->carved.load(std::memory_order_relaxed) ||
                   static_cast<uint64_t*>(p)[1] == canary))
     return false;
   static_cast<uint64_t*>(p)[1] = canary;

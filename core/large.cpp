@@ -62,6 +62,7 @@ void* huge_alloc(size_t size, size_t align, bool zero) {
   uintptr_t base = g_regions[r].base.load(std::memory_order_relaxed);
   uintptr_t p = base;
   uint64_t bytes = round_up(p - base + size, os::page_size());
+  span_set_use(head, kNoClass);
   if (!span_commit(head, bytes)) {
     arena_huge_release(r);
     return nullptr;
@@ -89,6 +90,7 @@ void* large_alloc(size_t size, size_t align, bool zero) {
   uint32_t n = uint32_t((total + kVspanSize - 1) >> kVspanShift);
   Span* head = pool_take_run(n, round_up(total, os::page_size()));
   if (head == nullptr) return nullptr;
+  span_set_use(head, kNoClass);  // a single span may have held small blocks at a colour
   uintptr_t base = span_base(head);
   uintptr_t p = round_up(base, align);
   uint64_t before = head->committed.load(std::memory_order_relaxed);

@@ -2,11 +2,12 @@
 //
 // Always on:
 //  - Block check. A pointer freed into a small span must be the start of a
-//    carved block: with off = p mod kVspanSize and block size d = 2^k * m
-//    (m odd), off is a multiple of d exactly when rotr32(off * inv(m), k) <=
-//    (2^32-1)/d, and the result is then off/d, the block's index. So one
-//    multiply, one rotate and one compare with `carved` reject interior
-//    pointers, pointers between blocks and pointers past the carved part.
+//    carved block: with off = (p - colour) mod kVspanSize (span.h) and block
+//    size d = 2^k * m (m odd), off is a multiple of d exactly when
+//    rotr32(off * inv(m), k) <= (2^32-1)/d, and the result is then off/d, the
+//    block's index. So one subtraction, one multiply, one rotate and one
+//    compare with `carved` reject interior pointers, pointers between blocks
+//    and pointers past the carved part (or before the colour).
 //    (Granlund-Montgomery exact division; carved <= 4096 < (2^32-1)/2^17, so
 //    a non-multiple always fails the compare.)
 //  - Free canary. A freed block's second word holds kCanary(p) = key ^ p; malloc
@@ -64,10 +65,11 @@ constexpr DivTable make_div_table() {
 }  // namespace detail
 inline constexpr detail::DivTable kClassDivs = detail::make_div_table();
 
-// Index of the block p starts in its span of class c, or a number >= 2^15 if p
-// is not a block start.
-FW_INLINE uint32_t block_number(const void* p, unsigned c) {
-  uint32_t off = uint32_t(reinterpret_cast<uintptr_t>(p) & (kVspanSize - 1));
+// Index of the block p starts in its span of class c whose blocks start at
+// `colour` within the vspan, or a number >= the span's capacity if p is not a
+// block start (p below the colour wraps to an offset past the span's end).
+FW_INLINE uint32_t block_number(const void* p, unsigned c, uint32_t colour) {
+  uint32_t off = uint32_t((reinterpret_cast<uintptr_t>(p) - colour) & (kVspanSize - 1));
   uint32_t x = off * kClassDivs.div[c].inv;
   uint32_t s = kClassDivs.div[c].shift;
   return (x >> s) | (x << ((32 - s) & 31));

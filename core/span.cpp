@@ -93,21 +93,23 @@ void span_set_guard(Span* s, uint32_t page) {
 
 bool span_make_hot(Span* s, unsigned cls, Lab* lab) {
   const ClassInfo& ci = class_info(cls);
+  span_set_use(s, cls);         // moves its window to the class's colour
   span_trim(s, ci.span_bytes);  // pages a bigger earlier use left behind
   if (!span_commit(s, ci.span_bytes)) {
     pool_give(s, 1);
     return false;
   }
+  uint32_t colour = span_colour(s, cls);
   uint32_t capacity = ci.capacity;
   if (secure_mode()) {
     // The real span's last page is the guard: blocks end before it.
     size_t ps = os::page_size();
     capacity = uint32_t((ci.span_bytes - ps) / ci.block_size);
-    span_set_guard(s, uint32_t(ci.span_bytes / ps));
+    span_set_guard(s, uint32_t((colour + ci.span_bytes) / ps));
   } else {
     span_set_guard(s, 0);
   }
-  s->cls.store(uint16_t(cls), std::memory_order_relaxed);
+  s->offset.store(colour, std::memory_order_relaxed);
   s->block_size.store(ci.block_size, std::memory_order_relaxed);
   s->capacity.store(capacity, std::memory_order_relaxed);
   s->carved.store(0, std::memory_order_relaxed);
@@ -137,7 +139,7 @@ bool span_claim_reusable(Span* s, unsigned cls, Lab* lab, void** list) {
       }
       if (anchor_cas(s, w, Anchor{0, 0, kHot, false, a.tag + 1})) {
         s->owner.store(lab, std::memory_order_relaxed);
-        *list = block_at(span_base(s), a.head);
+        *list = block_at(span_blocks(s), a.head);
         return true;
       }
     } else {
@@ -154,7 +156,7 @@ void* span_collect(Span* s) {
   for (;;) {
     Anchor a = Anchor::unpack(w);
     if (a.count == 0) return nullptr;
-    if (anchor_cas(s, w, Anchor{0, 0, kHot, a.linked, a.tag})) return block_at(span_base(s), a.head);
+    if (anchor_cas(s, w, Anchor{0, 0, kHot, a.linked, a.tag})) return block_at(span_blocks(s), a.head);
   }
 }
 
@@ -169,7 +171,7 @@ void* span_carve(Span* s) {
   uint32_t n = uint32_t(bytes / bsize);
   if (n == 0) n = 1;
   if (n > capacity - carved) n = capacity - carved;
-  char* first = reinterpret_cast<char*>(span_base(s)) + size_t(carved) * bsize;
+  char* first = reinterpret_cast<char*>(span_blocks(s)) + size_t(carved) * bsize;
   char* p = first;
   const bool secure = secure_mode();  // free blocks carry the fill (secure_heap.h)
   for (uint32_t i = 1; i < n; i++, p += bsize) {
@@ -195,7 +197,7 @@ bool span_float(Span* s, Lab* lab) {
 }
 
 void span_release(Span* s, void* local) {
-  uintptr_t base = span_base(s);
+  uintptr_t base = span_blocks(s);
   uint32_t m = 0;
   void* tail = nullptr;
   for (void* b = local; b != nullptr; b = block_next(b)) {
@@ -217,7 +219,8 @@ void span_release(Span* s, void* local) {
 
 void span_check_free(const Span* s, const void* p) {
   unsigned c = s->cls.load(std::memory_order_relaxed);
-  if (c >= kClassCount || block_number(p, c) >= s->carved.load(std::memory_order_relaxed))
+  if (c >= kClassCount ||
+      block_number(p, c, s->offset.load(std::memory_order_relaxed)) >= s->carved.load(std::memory_order_relaxed))
     report_misuse("free of a pointer that is not the start of a block (interior or never handed out):", p);
   if (has_canary(p)) report_misuse("double free of", p);
 }
@@ -229,7 +232,7 @@ void span_free_remote(Span* s, void* p) {
 }
 
 void span_free_list(Span* s, void* head, void* tail, uint32_t n) {
-  uintptr_t base = span_base(s);
+  uintptr_t base = span_blocks(s);
   uint32_t index = block_index(base, head);
   uint64_t w = s->anchor.load(std::memory_order_acquire);
   After after;
@@ -260,9 +263,12 @@ bool span_is_valid(const Span* s) {
   if (carved > capacity) ok = report_invariant("span: carved > capacity", i);
   if (uint64_t(capacity) * bsize > s->committed.load(std::memory_order_relaxed))
     ok = report_invariant("span: blocks beyond committed memory", i);
+  if (s->offset.load(std::memory_order_relaxed) != span_window(s) ||
+      span_window(s) + s->committed.load(std::memory_order_relaxed) > kVspanSize)
+    ok = report_invariant("span: blocks not at the span's colour, or past its vspan", i);
   if (a.count > carved) ok = report_invariant("span: more free blocks than carved", i);
   // Walk the list: it must hold exactly count blocks, each a block start.
-  uintptr_t base = span_base(s);
+  uintptr_t base = span_blocks(s);
   uint32_t n = 0;
   for (void* b = block_at(base, a.head); b != nullptr && n <= a.count; b = block_next(b)) {
     uintptr_t off = reinterpret_cast<uintptr_t>(b) - base;

@@ -1,9 +1,10 @@
 // core/span.h: the span descriptor and its anchor word.
 //
 // A span is one virtual span (kVspanSize of address space) with a descriptor in
-// the arena's descriptor table. A small span carves the first span_bytes of its
-// virtual span into blocks of one size class. A run of virtual spans holds one
-// large object: the first descriptor is the run's head, the others are tails.
+// the arena's descriptor table. A small span carves span_bytes of its virtual
+// span, from its cache colour on (span_colour), into blocks of one size class.
+// A run of virtual spans holds one large object: the first descriptor is the
+// run's head, the others are tails.
 //
 // The anchor (Michael §3.2.1) is the one word that is changed by compare-and-
 // swap only. It packs the span's remote free list and its state:
@@ -36,6 +37,10 @@
 //   cls, block_size, capacity, run_len, offset, large_size
 //               the thread that holds the span exclusively (just popped it from
 //               the pool or a run cache), before publishing it with a CAS.
+//               cls stays when the span is freed: it says where the span's
+//               committed bytes are (span_window), kNoClass for run pieces.
+//   offset      small span: its colour (block 0 is at base + offset); large
+//               head: where the block starts.
 //   carved      the owning LAB while HOT; stable in every other state.
 //   guard_page  whoever holds the vspan exclusively (it describes the vspan's
 //               page protection, whatever the vspan is used for).
@@ -45,12 +50,14 @@
 //   state in {FULL, PARTIAL}: count <= carved <= capacity, list has count blocks
 //   state FULL:    count + (capacity - carved) <  reuse threshold
 //   state PARTIAL: count < carved (else it would be FREE)
-//   capacity * block_size <= committed <= kVspanSize (small spans)
+//   capacity * block_size <= committed, span_window + committed <= kVspanSize,
+//   offset == span_window (small spans)
 #pragma once
 #include <atomic>
 #include <cstdint>
 
 #include "core/config.h"
+#include "core/size_class.h"
 
 namespace fw {
 
@@ -105,7 +112,29 @@ struct alignas(64) Span {
 };
 static_assert(sizeof(Span) == 64, "a span descriptor is one cache line");
 
-// Block index (the anchor's unit) <-> address, for a span whose base is known.
+// The class of a descriptor not used for small blocks: a large or huge block,
+// or a piece of a free run.
+constexpr unsigned kNoClass = kClassCount;
+
+// Cache colour. A small span of B = span_bytes bytes (64 or 256 KiB) does not
+// start at its 1 MiB virtual span's base but at (descriptor address << (log2 B
+// - 6)) mod kVspanSize: consecutive descriptors step by B. With every span at
+// offset 0, bits 16-19 of a 64 KiB span's addresses would always be 0, and a
+// cache or TLB whose set index includes them (a last-level cache, a
+// second-level TLB) would hold small blocks in a sixteenth of its sets only;
+// stepped, the spans of a region use them all (docs/design.md gives the
+// figures). A span of class kNoClass, or of a class with 1 MiB spans, has
+// colour 0.
+FW_INLINE uint32_t span_colour(const Span* s, unsigned cls) {
+  if (cls >= kClassCount) return 0;
+  unsigned shift = unsigned(__builtin_ctz(class_info(cls).span_bytes)) - 6;
+  return uint32_t((reinterpret_cast<uintptr_t>(s) << shift) & (kVspanSize - 1));
+}
+// Where what s holds starts within its vspan: its committed bytes count from
+// there, and a small span's blocks start there.
+FW_INLINE uint32_t span_window(const Span* s) { return span_colour(s, s->cls.load(std::memory_order_relaxed)); }
+
+// Block index (the anchor's unit) <-> address, for a span whose block 0 is at base.
 FW_INLINE uint32_t block_index(uintptr_t base, const void* p) {
   return uint32_t((reinterpret_cast<uintptr_t>(p) - base) >> 4) + 1;
 }

@@ -109,8 +109,9 @@ void count_committed(int64_t delta) {
 void decommit_span(Span* s) {
   uint64_t c = s->committed.load(std::memory_order_relaxed);
   if (c == 0) return;
-  os::decommit(reinterpret_cast<void*>(span_base(s)), c);
-  telemetry_event(FWT_EV_DECOMMIT, span_index(s), span_base(s), c);
+  uintptr_t at = span_base(s) + span_window(s);
+  os::decommit(reinterpret_cast<void*>(at), c);
+  telemetry_event(FWT_EV_DECOMMIT, span_index(s), at, c);
   s->committed.store(0, std::memory_order_relaxed);
   count_committed(-int64_t(c));
 }
@@ -142,6 +143,7 @@ Span* split(uint32_t index, uint32_t m, uint32_t n) {
   Span* head = taken(index, m);
   if (m > n) {
     Span* rest = span_at(index + n);
+    rest->cls.store(uint16_t(kNoClass), std::memory_order_relaxed);  // its pages are a prefix
     uint64_t c = head->committed.load(std::memory_order_relaxed);
     uint64_t kept = uint64_t(n) << kVspanShift;
     rest->committed.store(c > kept ? c - kept : 0, std::memory_order_relaxed);
@@ -209,22 +211,25 @@ bool coalesce(uint32_t n) {
   for (uint32_t h = chain; h != kNoIndex; h = span_at(h)->pool_next.load(std::memory_order_relaxed)) {
     if (!gathered(h) || (h % kVspansPerRegion != 0 && gathered(h - 1))) continue;
     uint32_t len = 0;
+    while (len < kVspansPerRegion && (len == 0 || (h + len) % kVspansPerRegion != 0) && gathered(h + len)) len++;
     uint64_t prefix = 0;  // committed bytes from the stretch's base on, without a gap
-    while (len < kVspansPerRegion && (len == 0 || (h + len) % kVspansPerRegion != 0) && gathered(h + len)) {
-      Span* piece = span_at(h + len);
+    for (uint32_t k = 0; k < len; k++) {
+      Span* piece = span_at(h + k);
       piece->offset.store(0, std::memory_order_relaxed);
+      if (len == 1) break;  // a single span keeps its pages (and its colour)
+      if (span_window(piece) != 0) decommit_span(piece);  // pages at a colour are no prefix
+      piece->cls.store(uint16_t(kNoClass), std::memory_order_relaxed);
       uint64_t c = piece->committed.load(std::memory_order_relaxed);
-      if (len == 0) {
+      if (k == 0) {
         prefix = c;
-      } else if (c != 0 && prefix == uint64_t(len) << kVspanShift) {
+      } else if (c != 0 && prefix == uint64_t(k) << kVspanShift) {
         prefix += c;  // everything before it is committed: its pages extend the prefix
         piece->committed.store(0, std::memory_order_relaxed);
       } else {
         decommit_span(piece);  // after a gap: not part of the prefix
       }
-      len++;
     }
-    span_at(h)->committed.store(prefix, std::memory_order_relaxed);
+    if (len > 1) span_at(h)->committed.store(prefix, std::memory_order_relaxed);
     span_at(h)->run_len.store(len, std::memory_order_relaxed);
     span_at(h)->large_size.store(stretches, std::memory_order_relaxed);
     stretches = h;
@@ -329,8 +334,9 @@ void pool_give(Span* head, uint32_t len) {
 void span_trim(Span* s, uint64_t bytes) {
   uint64_t c = s->committed.load(std::memory_order_relaxed);
   if (c <= bytes) return;
-  os::decommit(reinterpret_cast<void*>(span_base(s) + bytes), c - bytes);
-  telemetry_event(FWT_EV_DECOMMIT, span_index(s), span_base(s) + bytes, c - bytes);
+  uintptr_t at = span_base(s) + span_window(s) + bytes;
+  os::decommit(reinterpret_cast<void*>(at), c - bytes);
+  telemetry_event(FWT_EV_DECOMMIT, span_index(s), at, c - bytes);
   s->committed.store(bytes, std::memory_order_relaxed);
   count_committed(-int64_t(c - bytes));
 }
@@ -338,12 +344,18 @@ void span_trim(Span* s, uint64_t bytes) {
 bool span_commit(Span* s, uint64_t bytes) {
   uint64_t c = s->committed.load(std::memory_order_relaxed);
   if (c >= bytes) return true;
-  if (!os::commit(reinterpret_cast<void*>(span_base(s) + c), bytes - c)) return false;
+  uintptr_t at = span_base(s) + span_window(s) + c;
+  if (!os::commit(reinterpret_cast<void*>(at), bytes - c)) return false;
   note_demand(bytes - c);
-  telemetry_event(FWT_EV_COMMIT, span_index(s), span_base(s) + c, bytes - c);
+  telemetry_event(FWT_EV_COMMIT, span_index(s), at, bytes - c);
   s->committed.store(bytes, std::memory_order_relaxed);
   count_committed(int64_t(bytes - c));
   return true;
+}
+
+void span_set_use(Span* s, unsigned cls) {
+  if (span_colour(s, cls) != span_window(s)) decommit_span(s);
+  s->cls.store(uint16_t(cls), std::memory_order_relaxed);
 }
 
 void span_forget_committed(Span* s) {

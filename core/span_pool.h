@@ -19,8 +19,10 @@
 // demand has raised it.
 //
 // Every span in the pool is in state FREE and is held by nobody; the span (or
-// run head) descriptor's `committed` says how many bytes from its base are
-// committed. Invariant (pool_is_valid, checked while quiet):
+// run head) descriptor's `committed` says how many bytes of its window are
+// committed (span_set_use). A run of two or more has class kNoClass (or
+// nothing committed), so its window is its base and its pages a prefix.
+// Invariant (pool_is_valid, checked while quiet):
 //   retained bytes = sum of `committed` over the spans and runs in the pool.
 #pragma once
 #include <cstdint>
@@ -40,10 +42,16 @@ Span* pool_take_run(uint32_t n, uint64_t want);
 // already be FREE; the caller must not touch it afterwards.
 void pool_give(Span* head, uint32_t run_len);
 
-// Makes the first `bytes` of the span's address range usable (and counts them).
+// A span's committed bytes are its window: `committed` bytes from span_window
+// (its cache colour for a small span, span.h; its base for anything else).
+// Makes the first `bytes` of the span's window usable (and counts them).
 bool span_commit(Span* s, uint64_t bytes);
 // Gives back what the span (or run head) committed beyond its first `bytes`.
 void span_trim(Span* s, uint64_t bytes);
+// Before a span held exclusively is used for class cls (kNoClass: a large or
+// huge block): sets its class, and when that moves its window, gives back
+// what it had committed first.
+void span_set_use(Span* s, unsigned cls);
 
 // Forgets the span's committed bytes without decommitting (its region is about
 // to be unmapped as a whole).

@@ -60,7 +60,7 @@ TEST_CASE("secure mode: writing past the last block of a small span hits a guard
       char* p = static_cast<char*>(fw_malloc(4096 - kSecureTail));
       Span* s = span_of(p);
       uint32_t last = s->capacity.load() - 1;
-      if (block_number(p, s->cls.load()) == last) {
+      if (block_number(p, s->cls.load(), s->offset.load()) == last) {
         volatile char* over = p + s->block_size.load();  // past the block (its tail canary is inside)
         *over = 1;  // the guard page: must fault
         _exit(0);

@@ -60,7 +60,11 @@ TEST_CASE("a span taken from the pool becomes HOT for its owner and carves every
   CHECK(s->owner.load() == &g_owner);
   CHECK(blocks.size() == s->capacity.load());
   CHECK(s->capacity.load() <= class_info(c).capacity);  // secure mode keeps a guard page
-  uintptr_t base = span_base(s);
+  // Block 0 sits at the span's colour: a multiple of the span size below the vspan's end.
+  uintptr_t base = span_blocks(s);
+  CHECK(base - span_base(s) == span_colour(s, c));
+  CHECK((base - span_base(s)) % class_info(c).span_bytes == 0);
+  CHECK(base - span_base(s) + class_info(c).span_bytes <= kVspanSize);
   for (size_t i = 0; i < blocks.size(); i++)
     CHECK(reinterpret_cast<uintptr_t>(blocks[i]) == base + i * class_block_size(c));
   CHECK(span_is_valid(s));
