@@ -29,10 +29,11 @@
 //                          free[c] lists only blocks of hot[c]
 //   allocs[c], frees[c] are written only by the LAB's holder (relaxed); a
 //   thread frees into another thread's span counts the free in its own LAB.
-//   for each pending chain ch: ch.span == nullptr  <=>  ch.count == 0; otherwise
-//   ch is the slot of ch.span (pending_slot), not owned by this LAB, and
-//   head..tail holds ch.count < ch.limit checked, canaried blocks of it, which
-//   the span still counts as in use.
+//   for each pending chain ch: ch.span == nullptr  <=>  the chain is empty;
+//   otherwise ch is the slot of ch.span (pending_slot), and head..tail holds
+//   pending_count(ch) = pending_limit - room >= 1 checked, canaried blocks of
+//   ch.span, which the span still counts as in use; bit i of
+//   pending_of_class[c] is set  <=>  pending[i].span is of class c.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -50,9 +51,9 @@ constexpr unsigned kLabQuarantine = 256;  // secure mode: freed blocks a thread 
 
 // Blocks freed into one span this LAB does not own, not yet given to it:
 // freeing into that span again is plain pointer work. The chain goes to the
-// span in one CAS when it holds kPendingBytes of blocks, when a free into
-// another span needs its slot, when the LAB needs a new span of that class,
-// and when the LAB is flushed. A LAB has kPendingChains of them, one slot per
+// span in one CAS when a free finds it full (kPendingBytes of blocks), when a
+// free into another span needs its slot, before the LAB takes a new span of
+// that class, and when the LAB is flushed. A LAB has kPendingChains of them, one slot per
 // span descriptor (pending_slot), so a thread freeing its older blocks of many
 // spans in random order (Larson's server, shbench) still batches its frees.
 struct PendingChain {
