@@ -116,7 +116,10 @@ void adopt(Block& b, void* p, size_t size, size_t align, uint64_t tag) {
 void release(Block& b, bool sized) {
   check(b.p, b.usable, b.tag, "block corrupted before free");
   if (fw_usable_size(b.p) != b.usable) fail("usable size changed while the block lived", b.p, b.usable, 0);
-  if (sized) fw_free_sized(b.p, b.size);
+  // A sized free names the alignment of an aligned allocation (C23: free_sized
+  // is for malloc, calloc and realloc blocks; free_aligned_sized for aligned_alloc's).
+  if (sized && b.align != 0) fw_free_aligned_sized(b.p, b.align, b.size);
+  else if (sized) fw_free_sized(b.p, b.size);
   else fw_free(b.p);
   b = Block{};
 }
@@ -305,7 +308,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 7: case 8:  // free
         if (b.p) release(b, false);
         break;
-      case 9:  // free_sized
+      case 9:  // free_sized (free_aligned_sized for an aligned block)
         if (b.p) release(b, true);
         break;
       case 10:  // hand the block to the other thread, which frees it
