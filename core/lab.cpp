@@ -259,14 +259,18 @@ bool lab_is_valid(const Lab* lab) {
     if (ch.span != nullptr && &lab->pending[pending_slot(ch.span)] != &ch)
       ok = report_invariant("lab: pending chain in another span's slot", span_index(ch.span));
   }
-  for (unsigned c = 0; c < kClassCount; c++) {
-    for (unsigned i = 0; i < kPendingChains; i++) {
-      const Span* s = lab->pending[i].span;
-      bool of_c = s != nullptr && s->cls.load(std::memory_order_relaxed) == c;
-      if (of_c != ((lab->pending_of_class[c] >> i) & 1))
-        ok = report_invariant("lab: pending chain missing from its class mask", i);
-    }
+  uint64_t of_class[kClassCount] = {};  // the masks, derived from the chains
+  for (unsigned i = 0; i < kPendingChains; i++) {
+    const Span* s = lab->pending[i].span;
+    if (s == nullptr) continue;
+    unsigned c = s->cls.load(std::memory_order_relaxed);
+    if (c < kClassCount)
+      of_class[c] |= uint64_t(1) << i;
+    else
+      ok = report_invariant("lab: pending chain of a span with no size class", span_index(s));
   }
+  for (unsigned c = 0; c < kClassCount; c++)
+    if (of_class[c] != lab->pending_of_class[c]) ok = report_invariant("lab: pending chains differ from their class mask", c);
   for (unsigned c = 0; c < kClassCount; c++) {
     const Span* s = lab->hot[c];
     if (s == nullptr) {

@@ -66,7 +66,8 @@ static_assert(kClassTables.info[kClassCount - 1].block_size == kSmallMax, "last 
 FW_INLINE const ClassInfo& class_info(unsigned c) { return kClassTables.info[c]; }
 FW_INLINE uint32_t class_block_size(unsigned c) { return kClassTables.info[c].block_size; }
 // What every block of class c is aligned to: the lowest set bit of its size
-// (blocks sit at span_base + i*block_size, spans are kVspanSize-aligned).
+// (block i sits at span_blocks + i*block_size, and span_blocks, a vspan base
+// plus the span's colour, is a multiple of the power-of-two span size).
 FW_INLINE uint32_t class_align(unsigned c) { return class_block_size(c) & (0u - class_block_size(c)); }
 
 // Class for n <= kSmallTableMax: one table load.
@@ -85,8 +86,8 @@ FW_INLINE unsigned class_of(size_t n) {
 }
 
 // Smallest class whose blocks hold n bytes and start at multiples of align (a
-// power of two): block i of a span sits at span_base + i*block_size and spans
-// are kVspanSize-aligned, so block_size must be a multiple of align.
+// power of two): block i of a span sits at span_blocks + i*block_size, a
+// multiple of the span size plus that, so block_size must be a multiple of align.
 // Returns kClassCount when no class fits.
 unsigned class_of_aligned(size_t n, size_t align);
 
