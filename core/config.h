@@ -34,14 +34,14 @@ constexpr uintptr_t round_up(uintptr_t v, uintptr_t a) { return (v + a - 1) & ~(
 // Virtual spans (scalloc §3.2): the arena is cut into aligned virtual spans of
 // kVspanSize; a span's real size (what it commits) is at most that. Masking a
 // block's address with kVspanSize-1 gives its span.
-constexpr unsigned kVspanShift = 20;  // 1 MiB
+constexpr unsigned kVspanShift = 18;  // 256 KiB
 constexpr size_t kVspanSize = size_t(1) << kVspanShift;
 
 // Regions: each arena reservation is kRegionSize, aligned to kRegionSize. The
 // region map has one entry per kRegionSize of address space.
 constexpr unsigned kRegionShift = 30;  // 1 GiB
 constexpr size_t kRegionSize = size_t(1) << kRegionShift;
-constexpr uint32_t kVspansPerRegion = uint32_t(kRegionSize / kVspanSize);  // 1024
+constexpr uint32_t kVspansPerRegion = uint32_t(kRegionSize / kVspanSize);  // 4096
 constexpr uint32_t kMaxRegions = 1024;                                      // 1 TiB of arena
 constexpr unsigned kAddressBits = 48;
 constexpr size_t kRegionMapEntries = size_t(1) << (kAddressBits - kRegionShift);
@@ -51,7 +51,7 @@ constexpr size_t kRegionMapEntries = size_t(1) << (kAddressBits - kRegionShift);
 // object with a region of its own.
 constexpr size_t kMinAlign = 16;
 constexpr size_t kSmallMax = 128 * 1024;
-constexpr size_t kLargeMaxVspans = 256;  // 256 MiB
+constexpr size_t kLargeMaxVspans = 1024;  // 256 MiB
 constexpr size_t kLargeMax = kLargeMaxVspans * kVspanSize;
 
 constexpr uint32_t kMaxLabs = 1u << 16;  // thread caches alive at once

@@ -20,7 +20,8 @@ bool size_class_is_valid() {
     if (ci.block_size % kMinAlign != 0) ok = report_invariant("size class: block size not a multiple of 16", c);
     if (c > 0 && ci.block_size <= class_info(c - 1).block_size)
       ok = report_invariant("size class: block sizes not increasing", c);
-    if (ci.capacity < 8) ok = report_invariant("size class: fewer than 8 blocks per span", c);
+    if (ci.capacity < (ci.block_size <= kVspanSize / 8 ? 8u : 2u))
+      ok = report_invariant("size class: too few blocks per span", c);
     if (ci.span_bytes > kVspanSize) ok = report_invariant("size class: span larger than a virtual span", c);
   }
   for (size_t n = 1; n <= kSmallMax; n++) {

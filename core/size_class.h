@@ -4,12 +4,17 @@
 // that, four classes per doubling: 2^k * {1.25, 1.5, 1.75, 2}. A request that
 // lands in class c wastes at most 25% of its size for requests of 64 B and more
 // (below 64 B the 16-byte granule decides). Each class has a real span size
-// (what one span commits) chosen so that a span holds at least 8 blocks.
+// (what one span commits): 64 KiB for blocks up to 1 KiB, else a whole virtual
+// span (256 KiB). A span holds at least 8 blocks up to 32 KiB; the classes
+// above hold 2 to 6 (mimalloc's medium pages hold 4 blocks of 128 KiB): a bigger
+// span would cost address space for every class in use, and
+// small spans are what a program under RLIMIT_AS runs out of (docs/design.md).
 //
 // Invariants (checked by size_class_is_valid):
 //   block_size(c) is a multiple of 16 and strictly increasing in c;
 //   class_of(n) is the smallest c with block_size(c) >= n;
-//   capacity(c) = span_bytes(c) / block_size(c) >= 8, and span_bytes(c) <= kVspanSize.
+//   capacity(c) = span_bytes(c) / block_size(c) >= 8 if block_size(c) <= kVspanSize / 8,
+//   else >= 2; and span_bytes(c) <= kVspanSize.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -36,8 +41,7 @@ constexpr uint32_t block_size_of(unsigned c) {
 }
 constexpr uint32_t span_bytes_of(uint32_t bsize) {
   if (bsize <= 1024) return 64 * 1024;
-  if (bsize <= 8 * 1024) return 256 * 1024;
-  return 1024 * 1024;
+  return 256 * 1024;
 }
 struct Tables {
   ClassInfo info[kClassCount];

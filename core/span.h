@@ -116,15 +116,15 @@ static_assert(sizeof(Span) == 64, "a span descriptor is one cache line");
 // or a piece of a free run.
 constexpr unsigned kNoClass = kClassCount;
 
-// Cache colour. A small span of B = span_bytes bytes (64 or 256 KiB) does not
-// start at its 1 MiB virtual span's base but at (descriptor address << (log2 B
-// - 6)) mod kVspanSize: consecutive descriptors step by B. With every span at
-// offset 0, bits 16-19 of a 64 KiB span's addresses would always be 0, and a
-// cache or TLB whose set index includes them (a last-level cache, a
-// second-level TLB) would hold small blocks in a sixteenth of its sets only;
-// stepped, the spans of a region use them all (docs/design.md gives the
-// figures). A span of class kNoClass, or of a class with 1 MiB spans, has
-// colour 0.
+// Cache colour. A small span of B = span_bytes bytes smaller than its virtual
+// span (64 KiB in 256 KiB) does not start at the vspan's base but at
+// (descriptor address << (log2 B - 6)) mod kVspanSize: consecutive descriptors
+// step by B. With every span at offset 0, bits 16-17 of a 64 KiB span's
+// addresses would always be 0, and a cache or TLB whose set index includes them
+// (a last-level cache, a second-level TLB) would hold small blocks in a quarter
+// of its sets only; stepped, the spans of a region use them all (docs/design.md
+// gives the figures). A span of class kNoClass, or of a class whose span fills
+// its vspan, has colour 0.
 FW_INLINE uint32_t span_colour(const Span* s, unsigned cls) {
   if (cls >= kClassCount) return 0;
   unsigned shift = unsigned(__builtin_ctz(class_info(cls).span_bytes)) - 6;

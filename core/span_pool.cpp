@@ -19,9 +19,11 @@ struct PoolLink {
 using SpanStack = TaggedStack<PoolLink>;
 
 constexpr unsigned kMaxPoolStacks = 64;
-constexpr unsigned kTiers = 4;  // committed: 0, <= 64 KiB, <= 256 KiB, more
+constexpr unsigned kTiers = 3;  // committed: 0, <= 64 KiB, more (up to a whole vspan)
 constexpr uint32_t kExactRuns = 64;                  // run stacks for lengths 2..64
-constexpr unsigned kLogRuns = 11;                    // 2^6 .. 2^10 vspans (1024 = a region)
+// 2^6 .. kVspansPerRegion vspans (a whole region is the longest run)
+constexpr unsigned kLogRuns = unsigned(__builtin_ctz(kVspansPerRegion)) + 1;
+static_assert(kVspansPerRegion > kExactRuns, "runs longer than kExactRuns go to g_log");
 SpanStack g_single[kTiers][kMaxPoolStacks];
 SpanStack g_exact[kExactRuns + 1];
 SpanStack g_log[kLogRuns];                           // g_log[k]: runs of length in [2^k, 2^(k+1)), k >= 6
@@ -93,8 +95,7 @@ unsigned floor_log2(uint32_t v) { return 31u - unsigned(__builtin_clz(v)); }
 unsigned tier_of(uint64_t committed) {
   if (committed == 0) return 0;
   if (committed <= (64u << 10)) return 1;
-  if (committed <= (256u << 10)) return 2;
-  return 3;
+  return 2;
 }
 
 void count_committed(int64_t delta) {
@@ -265,7 +266,7 @@ Span* pool_take_span(uint64_t want) {
   // The matching tier first, then clean spans, then the others from the
   // nearest: smaller ones commit more (free on Linux), bigger ones are trimmed.
   unsigned t = tier_of(want);
-  static constexpr unsigned kOrder[kTiers][kTiers] = {{0, 1, 2, 3}, {1, 0, 2, 3}, {2, 0, 1, 3}, {3, 0, 2, 1}};
+  static constexpr unsigned kOrder[kTiers][kTiers] = {{0, 1, 2}, {1, 0, 2}, {2, 0, 1}};
   for (unsigned tier : kOrder[t]) {
     for (unsigned k = 0; k < n; k++) {
       uint32_t i = g_single[tier][(home + k) % n].pop();

@@ -2,7 +2,7 @@
 //
 // Single free spans sit in per-CPU lock-free stacks (TaggedStack over the
 // descriptors' pool_next link), one set per commit tier (nothing committed,
-// up to 64 KiB, up to 256 KiB, more): a thread pushes to and pops from the
+// up to 64 KiB, more): a thread pushes to and pops from the
 // stack of the CPU it runs on, and takes from the others only when its own is
 // empty. A span is taken from the tier that matches what the caller will
 // commit, so reuse neither faults pages in nor keeps stale ones; a span taken

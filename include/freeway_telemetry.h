@@ -82,7 +82,7 @@ typedef struct fwt_header {
   uint32_t process_size, class_size, region_size, span_size, lab_size, event_size;
   uint32_t class_capacity, region_capacity, span_capacity, lab_capacity, event_capacity;
   uint32_t vspans_per_region; /* spans[r * vspans_per_region + v] is vspan v of region r */
-  uint32_t vspan_shift;       /* log2 of a virtual span's bytes (20: 1 MiB) */
+  uint32_t vspan_shift;       /* log2 of a virtual span's bytes (18: 256 KiB) */
   uint32_t page_size;
   uint64_t process_offset, classes_offset, regions_offset, spans_offset, labs_offset, events_offset;
 
