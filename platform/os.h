@@ -97,6 +97,9 @@ void sleep_ns(uint64_t ns);
 uint64_t process_id();
 // Resident set size of this process in bytes (0 if unknown).
 uint64_t resident_bytes();
+// Whether the process's address space is capped (RLIMIT_AS on POSIX; never on
+// Windows). One system call; it may change at any time, so ask when it matters.
+bool address_space_limited();
 // When the process started, in the OS's own units (Linux: field 22 of
 // /proc/self/stat), so that a reader can tell a recycled pid apart; 0 if unknown.
 uint64_t process_start_ticks();

@@ -12,6 +12,7 @@
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -389,6 +390,11 @@ void sleep_ns(uint64_t ns) {
 }
 
 uint64_t process_id() { return uint64_t(getpid()); }
+
+bool address_space_limited() {
+  struct rlimit r;
+  return getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY;
+}
 
 uint64_t resident_bytes() {
   char buf[128];

@@ -398,6 +398,8 @@ void sleep_ns(uint64_t ns) { Sleep(DWORD((ns + 999999) / 1000000)); }
 
 uint64_t process_id() { return uint64_t(GetCurrentProcessId()); }
 
+bool address_space_limited() { return false; }  // no per-process cap on reservations
+
 uint64_t resident_bytes() {
   KeepLastError keep;
   PROCESS_MEMORY_COUNTERS c;
