@@ -50,7 +50,7 @@ add_test(NAME preload.sort COMMAND ${FW_TEST_SCRIPTS}/preload_sort.sh $<TARGET_F
 set_tests_properties(preload.python preload.gxx preload.sort PROPERTIES
   TIMEOUT 180 SKIP_RETURN_CODE 77 ENVIRONMENT "TMPDIR=${FW_TEST_TMP}")
 add_test(NAME preload.ulimit COMMAND ${FW_TEST_SCRIPTS}/preload_ulimit.sh $<TARGET_FILE:freeway>)
-set_tests_properties(preload.ulimit PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "TMPDIR=${FW_TEST_TMP}")
+set_tests_properties(preload.ulimit PROPERTIES TIMEOUT 240 SKIP_RETURN_CODE 77 ENVIRONMENT "TMPDIR=${FW_TEST_TMP}")
 # sort uses both cores and ~0.5 GB; keep it from running beside the other big ones.
 set_tests_properties(preload.sort PROPERTIES RUN_SERIAL TRUE)
 
