@@ -82,13 +82,12 @@ uint32_t region_id_alloc() {
   return r;
 }
 
-// Makes region r describe [base, base+size) and publishes it in the map. The
-// descriptor slice of a recycled id is reset before any lookup can reach it.
-bool region_publish(uint32_t r, uintptr_t base, uint64_t size, RegionKind kind) {
+// Resets descriptors [from, to) of region r's slice to FREE and unowned, and
+// counts them as initialised. A recycled slice keeps its tags so that stale
+// anchors never repeat.
+void slice_init(uint32_t r, uint32_t from, uint32_t to) {
   Span* slice = g_spans.load(std::memory_order_relaxed) + size_t(r) * kVspansPerRegion;
-  if (!slice_ready(r, slice)) return false;
-  for (uint32_t i = 0; i < kVspansPerRegion; i++) {
-    // A recycled slice keeps its tags so that stale anchors never repeat.
+  for (uint32_t i = from; i < to; i++) {
     uint64_t tag = Anchor::unpack(slice[i].anchor.load(std::memory_order_relaxed)).tag + 1;
     slice[i].anchor.store(Anchor{0, 0, kFree, false, uint32_t(tag)}.pack(), std::memory_order_relaxed);
     slice[i].owner.store(nullptr, std::memory_order_relaxed);
@@ -96,6 +95,21 @@ bool region_publish(uint32_t r, uintptr_t base, uint64_t size, RegionKind kind) 
     slice[i].cls.store(uint16_t(kNoClass), std::memory_order_relaxed);  // its window is its base
     slice[i].run_len.store(0, std::memory_order_relaxed);
   }
+  if (to > g_regions[r].inited.load(std::memory_order_relaxed)) g_regions[r].inited.store(to, std::memory_order_relaxed);
+}
+
+// Makes region r describe [base, base+size) and publishes it in the map. The
+// descriptors it covers, and every one an earlier use of the id touched, are
+// reset before any lookup can reach them; the rest of the slice stays
+// untouched (region_grow initialises what it adds), so a small region does not
+// make its whole slice resident.
+bool region_publish(uint32_t r, uintptr_t base, uint64_t size, RegionKind kind) {
+  Span* slice = g_spans.load(std::memory_order_relaxed) + size_t(r) * kVspansPerRegion;
+  if (!slice_ready(r, slice)) return false;
+  uint64_t covers = (size + kVspanSize - 1) >> kVspanShift;
+  uint32_t upto = covers < kVspansPerRegion ? uint32_t(covers) : kVspansPerRegion;
+  uint32_t touched = g_regions[r].inited.load(std::memory_order_relaxed);
+  slice_init(r, 0, upto > touched ? upto : touched);
   Region& reg = g_regions[r];
   reg.base.store(base, std::memory_order_relaxed);
   reg.size.store(size, std::memory_order_relaxed);
@@ -195,8 +209,11 @@ bool region_grow(uint32_t r, uint32_t limit, uint32_t need) {
   uint64_t bytes = uint64_t(to - limit) << kVspanShift;
   if (got == os::Reserve::kDone) {
     // Only the thread that reserved right after the current end can extend it,
-    // so this store never goes back. release: a bump that reads the new size
-    // works in reserved memory.
+    // so this store never goes back, and that thread alone initialises the
+    // descriptors it adds. release: a bump that reads the new size works in
+    // reserved memory and on initialised descriptors.
+    uint32_t touched = reg.inited.load(std::memory_order_relaxed);
+    if (to > touched) slice_init(r, touched > limit ? touched : limit, to);
     reg.size.store(uint64_t(to) << kVspanShift, std::memory_order_release);
     g_reserved.fetch_add(bytes, std::memory_order_relaxed);
     telemetry_event(FWT_EV_REGION_RESERVE, r, at, bytes);
@@ -363,6 +380,13 @@ bool arena_is_valid() {
     if (kind == kRegionArena && (reg.next_vspan.load(std::memory_order_relaxed) > kVspansPerRegion ||
                                  reg.size.load(std::memory_order_relaxed) > kRegionSize))
       ok = report_invariant("arena: bump index or reservation past the region", r);
+    uint32_t inited = reg.inited.load(std::memory_order_relaxed);
+    if (kind == kRegionArena && (reg.size.load(std::memory_order_relaxed) >> kVspanShift) > inited)
+      ok = report_invariant("arena: reserved vspans whose descriptors were never initialised", r);
+    const Span* slice = span_at(r * kVspansPerRegion);
+    for (uint32_t v = inited; v < kVspansPerRegion && v < inited + 64; v++)  // a sample: the first 64 past
+      if (slice[v].anchor.load(std::memory_order_relaxed) != 0 || slice[v].owner.load(std::memory_order_relaxed))
+        ok = report_invariant("arena: a descriptor past the initialised part was written", r * kVspansPerRegion + v);
   }
   return ok;
 }

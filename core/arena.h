@@ -30,7 +30,9 @@
 // Invariants (arena_is_valid):
 //   map entry e != nullptr  =>  e is the slice of a region in use that covers
 //   that address slot, and the region starts at a slot boundary;
-//   an arena region's next_vspan <= its reserved vspans <= kVspansPerRegion;
+//   an arena region's next_vspan <= its reserved vspans <= inited <= kVspansPerRegion;
+//   descriptors of a slice from `inited` on were never written (zero: FREE,
+//   no owner), so only the part of a slice a region has reached is touched;
 //   vspans below next_vspan have been handed out (they are in use, pooled or
 //   cached), those above never were.
 #pragma once
@@ -52,6 +54,7 @@ struct Region {
   std::atomic<uint32_t> slice_ready;  // its descriptor slice is reserved (kept when the id is recycled)
   std::atomic<uint32_t> kind;
   std::atomic<uint32_t> next_vspan;  // arena: bump index of the first vspan never handed out
+  std::atomic<uint32_t> inited;      // descriptors of its slice initialised so far (kept when the id is recycled)
 };
 
 extern std::atomic<Span*> g_region_map[kRegionMapEntries];
