@@ -270,11 +270,7 @@ Span* pool_take_span(uint64_t want) {
   for (unsigned tier : kOrder[t]) {
     for (unsigned k = 0; k < n; k++) {
       uint32_t i = g_single[tier][(home + k) % n].pop();
-      if (i != kNoIndex) {
-        Span* s = taken(i, 1);
-        span_trim(s, want);
-        return s;
-      }
+      if (i != kNoIndex) return taken(i, 1);
     }
   }
   // No single span: split one off a run before reserving fresh address space.

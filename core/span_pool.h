@@ -5,8 +5,8 @@
 // up to 64 KiB, more): a thread pushes to and pops from the
 // stack of the CPU it runs on, and takes from the others only when its own is
 // empty. A span is taken from the tier that matches what the caller will
-// commit, so reuse neither faults pages in nor keeps stale ones; a span taken
-// from a higher tier gives its excess pages back first.
+// commit, so reuse neither faults pages in nor keeps stale ones; the caller
+// gives back the excess of a span taken from a higher tier (pool_take_span).
 // Free runs of 2 or more contiguous spans (what large objects are made of) sit
 // in run stacks keyed by length: exact lengths up to 64, then one stack per
 // power of two. A run popped for n spans is split and the rest pushed back.
@@ -32,8 +32,11 @@
 namespace fw {
 
 // Takes one free virtual span (pooled or fresh) for a use that commits `want`
-// bytes; whatever it had committed beyond that is decommitted. The caller holds
-// it exclusively, in state FREE. nullptr when the OS has no more memory.
+// bytes, preferring one with that much committed (its tier). Pages beyond that
+// stay: the caller trims them (span_make_hot to the span size; large_alloc
+// only when the excess is more than the block, so that blocks of alternating
+// sizes reusing a vspan do not trim and fault each time). The caller holds it
+// exclusively, in state FREE. nullptr when the OS has no more memory.
 Span* pool_take_span(uint64_t want);
 // Takes a run of n contiguous free virtual spans (n >= 1) for a block that
 // will commit `want` bytes of it; returns the head.
