@@ -4,6 +4,9 @@
 #include <initializer_list>
 
 #include <cstring>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "core/arena.h"
 #include "core/large.h"
@@ -95,4 +98,38 @@ TEST_CASE("realloc grows a large block in place when its run has room") {
   CHECK(r[0] == 7);
   CHECK(r[kSmallMax + 999] == 7);
   fw_free(r);
+}
+
+TEST_CASE("a block of more than 4 vspans takes a run of its class (2^k or 1.5 * 2^k vspans), and the exact length "
+          "under RLIMIT_AS") {
+  auto run_of = [](size_t vspans) {  // run length taken by a block just over `vspans` vspans
+    void* p = fw_malloc(vspans * kVspanSize + 1);
+    REQUIRE(p != nullptr);
+    uint32_t len = span_of(p)->run_len.load(std::memory_order_relaxed);
+    fw_free(p);
+    return len;
+  };
+  struct rlimit as;
+  REQUIRE(getrlimit(RLIMIT_AS, &as) == 0);
+  if (as.rlim_cur != RLIM_INFINITY) return;  // run under a cap: classes are off
+  CHECK(run_of(3) == 4);
+  CHECK(run_of(4) == 6);    // 5 vspans
+  CHECK(run_of(8) == 12);   // 9
+  CHECK(run_of(12) == 16);  // 13
+  CHECK(run_of(40) == 48);  // 41
+  CHECK(run_of(48) == 64);  // 49
+  // Under a cap the rounding would spend the program's address space: exact.
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    struct rlimit cap = {size_t(64) << 30, size_t(64) << 30};
+    if (setrlimit(RLIMIT_AS, &cap) != 0) _exit(2);
+    void* p = fw_malloc(8 * kVspanSize + 1);
+    if (p == nullptr) _exit(3);
+    _exit(span_of(p)->run_len.load(std::memory_order_relaxed) == 9 ? 0 : 4);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
