@@ -136,7 +136,7 @@ TEST_CASE("misuse: free of a static (global) address aborts with 'did not alloca
 TEST_CASE("misuse: free of memory in freeway's arena that it never handed out (uncarved tail of a span) aborts") {
   expect_abort("free of p+60000 in a fresh 16-byte span (never carved)", kNeverHandedOut, [] {
     // Find the first block of a fresh span of the 16-byte class: an address at
-    // the start of a 1 MiB virtual span, followed by the next 1023 blocks in
+    // a 1 MiB boundary (a span at colour 0 of a vspan there), followed by the next 1023 blocks in
     // order (the first carve: 16 KiB). p + 60000 is then in the span (64 KiB)
     // but far past its carved part. (Secure mode adds a 5-byte tail to each
     // block: 11 bytes then fill a 16-byte block.)
