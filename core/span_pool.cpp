@@ -264,7 +264,7 @@ Span* pool_take_span(uint64_t want) {
   unsigned n = stack_count();
   unsigned home = os::cpu_id() % n;
   // The matching tier first, then clean spans, then the others from the
-  // nearest: smaller ones commit more (free on Linux), bigger ones are trimmed.
+  // nearest: smaller ones commit more (free on Linux), bigger ones the caller trims.
   unsigned t = tier_of(want);
   static constexpr unsigned kOrder[kTiers][kTiers] = {{0, 1, 2}, {1, 0, 2}, {2, 0, 1}};
   for (unsigned tier : kOrder[t]) {
