@@ -107,15 +107,8 @@ void count_committed(int64_t delta) {
   }
 }
 
-void decommit_span(Span* s) {
-  uint64_t c = s->committed.load(std::memory_order_relaxed);
-  if (c == 0) return;
-  uintptr_t at = span_base(s) + span_window(s);
-  os::decommit(reinterpret_cast<void*>(at), c);
-  telemetry_event(FWT_EV_DECOMMIT, span_index(s), at, c);
-  s->committed.store(0, std::memory_order_relaxed);
-  count_committed(-int64_t(c));
-}
+// Gives back everything the span (or run head) has committed.
+void decommit_span(Span* s) { span_trim(s, 0); }
 
 // Pushes a FREE run (or single span) that is already accounted for.
 void push_free(Span* head, uint32_t len) {
