@@ -251,23 +251,20 @@ uint64_t lab_threads_created() { return g_threads_created.load(std::memory_order
 
 bool lab_is_valid(const Lab* lab) {
   bool ok = true;
-  for (const PendingChain& ch : lab->pending) {
+  uint64_t of_class[kClassCount] = {};  // the masks, derived from the chains
+  for (unsigned i = 0; i < kPendingChains; i++) {
+    const PendingChain& ch = lab->pending[i];
     uint32_t n = 0, count = pending_count(ch);
     for (void* b = ch.head; b != nullptr && n <= count; b = block_next(b)) n++;
     if (n != count || (ch.span == nullptr) != (n == 0))
       ok = report_invariant("lab: pending chain does not match its count", n);
-    if (ch.span != nullptr && &lab->pending[pending_slot(ch.span)] != &ch)
-      ok = report_invariant("lab: pending chain in another span's slot", span_index(ch.span));
-  }
-  uint64_t of_class[kClassCount] = {};  // the masks, derived from the chains
-  for (unsigned i = 0; i < kPendingChains; i++) {
-    const Span* s = lab->pending[i].span;
-    if (s == nullptr) continue;
-    unsigned c = s->cls.load(std::memory_order_relaxed);
+    if (ch.span == nullptr) continue;
+    if (pending_slot(ch.span) != i) ok = report_invariant("lab: pending chain in another span's slot", span_index(ch.span));
+    unsigned c = ch.span->cls.load(std::memory_order_relaxed);
     if (c < kClassCount)
       of_class[c] |= uint64_t(1) << i;
     else
-      ok = report_invariant("lab: pending chain of a span with no size class", span_index(s));
+      ok = report_invariant("lab: pending chain of a span with no size class", span_index(ch.span));
   }
   for (unsigned c = 0; c < kClassCount; c++)
     if (of_class[c] != lab->pending_of_class[c]) ok = report_invariant("lab: pending chains differ from their class mask", c);
