@@ -13,13 +13,13 @@
 #include "platform/os.h"
 
 namespace fw {
-namespace {
 
-// No memory for a block of n bytes: errno, and an event for the inspector.
-FW_COLD void out_of_memory(size_t n) {
+void alloc_out_of_memory(size_t n) {
   os::set_errno_nomem();
   telemetry_event(FWT_EV_OUT_OF_MEMORY, 0, 0, n);
 }
+
+namespace {
 
 FW_INLINE void leave(Lab* lab) {
   std::atomic_signal_fence(std::memory_order_seq_cst);
@@ -66,7 +66,7 @@ FW_NOINLINE void* malloc_secure(Lab* lab, unsigned c, size_t n) {
     p = secure_block(mine, c, n);
   }
   leave(lab_slot_after(mine));
-  if (p == nullptr) out_of_memory(n);
+  if (p == nullptr) alloc_out_of_memory(n);
   return p;
 }
 
@@ -75,13 +75,19 @@ FW_NOINLINE void* malloc_secure(Lab* lab, unsigned c, size_t n) {
 void* malloc_slow(Lab* lab, unsigned c, size_t n) {
   if (FW_UNLIKELY(secure_mode())) return malloc_secure(lab, c, n);
   void* p;
+  if (lab == &g_lab_empty && percpu_start()) {
+    // The process's first call chose per-CPU mode: this call is served by it,
+    // and the thread slot (EMPTY) is never used.
+    leave(lab);
+    return percpu_malloc_slow(c, n);
+  }
   if (lab == &g_lab_empty) {
     // The thread's first call: bind a LAB (no flag is tested on the fast path).
     Lab* bound = lab_bind_thread();
     if (bound != nullptr) {
       p = lab_refill(bound, c);
       leave(bound);
-      if (p == nullptr) out_of_memory(class_block_size(c));
+      if (p == nullptr) alloc_out_of_memory(class_block_size(c));
       return p;
     }
   }
@@ -91,14 +97,14 @@ void* malloc_slow(Lab* lab, unsigned c, size_t n) {
     p = lab_refill(lab, c);
   }
   leave(lab);
-  if (p == nullptr) out_of_memory(class_block_size(c));
+  if (p == nullptr) alloc_out_of_memory(class_block_size(c));
   return p;
 }
 
 void* malloc_medium_or_large(size_t n) {
   if (n <= kSmallMax) return alloc_class(class_of_medium(n), n);
   void* p = large_alloc(n, kMinAlign, false);
-  if (p == nullptr) out_of_memory(n);
+  if (p == nullptr) alloc_out_of_memory(n);
   return p;
 }
 
@@ -114,7 +120,7 @@ void* fw_alloc_zeroed(size_t count, size_t n) {
     return p;
   }
   void* p = large_alloc(total, kMinAlign, true);
-  if (p == nullptr) out_of_memory(total);
+  if (p == nullptr) alloc_out_of_memory(total);
   return p;
 }
 
@@ -125,7 +131,7 @@ void* fw_alloc_aligned(size_t align, size_t n) {
     if (c < kClassCount) return alloc_class(c, n);
   }
   void* p = large_alloc(n, align, false);
-  if (p == nullptr) out_of_memory(n);
+  if (p == nullptr) alloc_out_of_memory(n);
   return p;
 }
 

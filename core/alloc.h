@@ -13,7 +13,9 @@
 
 #include "core/config.h"
 #include "core/lab.h"
+#include "core/percpu.h"
 #include "core/secure.h"
+#include "platform/rseq.h"
 #include "core/size_class.h"
 
 namespace fw {
@@ -22,9 +24,26 @@ namespace fw {
 // n is the size asked for (secure mode keeps it in the block, secure_heap.h).
 FW_NOINLINE void* malloc_slow(Lab* lab, unsigned c, size_t n);
 FW_NOINLINE void* malloc_medium_or_large(size_t n);
+// No memory for a block of n bytes: errno, and an event for the inspector.
+FW_COLD void alloc_out_of_memory(size_t n);
+
+// Per-CPU mode (percpu.h): a pop from the current CPU's LAB in one restartable
+// section, then the count in a second one.
+FW_INLINE void* alloc_class_percpu(unsigned c, size_t n) {
+  void* p = os::rseq_pop(g_percpu.rseq_off, reinterpret_cast<void* const*>(g_percpu.slots), g_percpu.ncpu, c,
+                         g_list_key.load(std::memory_order_relaxed));
+  if (FW_UNLIKELY(p == nullptr)) return percpu_malloc_slow(c, n);
+#if FREEWAY_HARDENING
+  clear_canary(p);
+#endif
+  if (FW_UNLIKELY(!os::rseq_count<kCpuCountStride>(g_percpu.rseq_off, g_percpu.counts, g_percpu.ncpu, c)))
+    percpu_count_unplaced(c);
+  return p;
+}
 
 // A block of class c for a request of n bytes.
 FW_INLINE void* alloc_class(unsigned c, size_t n) {
+  if (FW_HAS_RSEQ && FW_LIKELY(percpu_on())) return alloc_class_percpu(c, n);
   Lab* lab = lab_current();
   lab_set_current(&g_lab_busy);
   std::atomic_signal_fence(std::memory_order_seq_cst);  // BUSY is set before the LAB is touched

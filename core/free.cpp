@@ -4,6 +4,7 @@
 #include "core/arena.h"
 #include "core/foreign.h"
 #include "core/large.h"
+#include "core/percpu.h"
 #include "core/report.h"
 #include "core/secure.h"
 #include "core/secure_heap.h"
@@ -11,31 +12,48 @@
 
 namespace fw {
 
-void free_slow_sized(Lab* lab, void* p, Span* d, size_t n, bool aligned) {
-  if (p != nullptr && d != nullptr) {
-    uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
-    const bool small = state == kHot || state == kFull || state == kPartial;
-    const bool large = state == kLarge || state == kLargeTail || state == kHuge;
-    // Not a block in use, or inside a large block (holds 0): free_slow reports it.
-    size_t holds = small ? d->block_size.load(std::memory_order_relaxed) : large ? large_usable_size(p, d) : 0;
-    if (small && secure_mode()) {
-      // Secure mode knows the size asked for: the size must be that one.
-      holds = secure_requested(p, d);
-      if (n != holds) report_sized_free(p, n, holds);
-    } else if (holds != 0 && (small ? !sized_free_fits(n, holds, aligned) : n > holds)) {
-      report_sized_free(p, n, holds);
-    }
+namespace {
+
+// The size check of a sized free that the fast path did not make (p's block is
+// not the caller's own or is large): reports a mismatch and stops.
+void check_sized(void* p, Span* d, size_t n, bool aligned) {
+  if (p == nullptr || d == nullptr) return;
+  uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
+  const bool small = state == kHot || state == kFull || state == kPartial;
+  const bool large = state == kLarge || state == kLargeTail || state == kHuge;
+  // Not a block in use, or inside a large block (holds 0): the free reports it.
+  size_t holds = small ? d->block_size.load(std::memory_order_relaxed) : large ? large_usable_size(p, d) : 0;
+  if (small && secure_mode()) {
+    // Secure mode knows the size asked for: the size must be that one.
+    holds = secure_requested(p, d);
+    if (n != holds) report_sized_free(p, n, holds);
+  } else if (holds != 0 && (small ? !sized_free_fits(n, holds, aligned) : n > holds)) {
+    report_sized_free(p, n, holds);
   }
+}
+
+}  // namespace
+
+void free_slow_sized(Lab* lab, void* p, Span* d, size_t n, bool aligned) {
+  check_sized(p, d, n, aligned);
   free_slow(lab, p, d);
+}
+
+void free_slow_sized_percpu(void* p, Span* d, size_t n, bool aligned) {
+  check_sized(p, d, n, aligned);
+  percpu_free_slow(p, d, false);
 }
 
 namespace {
 
 // p is not in freeway's memory: a block of the heap freeway replaced (foreign.h).
-void free_foreign(Lab* lab, void* p) {
+void free_foreign(void* p) {
   const ForeignHeap* other = foreign_owner(p);
   if (other == nullptr) report_misuse("free of a pointer freeway did not allocate:", p);
   other->free(p);
+}
+
+FW_INLINE void restore_slot(Lab* lab) {
   std::atomic_signal_fence(std::memory_order_seq_cst);
   lab_set_current(lab);
 }
@@ -74,27 +92,18 @@ void free_small(Lab* mine, void* p, Span* d, bool checked) {
 
 }  // namespace
 
-void free_slow(Lab* lab, void* p, Span* d) {
-  if (p == nullptr) {
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    lab_set_current(lab);
+void free_with(Lab* mine, void* p, Span* d, bool checked) {
+  if (d == nullptr) {
+    if (zero_owns(p))  // secure mode's malloc(0)
+      zero_free(p);
+    else
+      free_foreign(p);
     return;
   }
-  if (d == nullptr) {
-    if (zero_owns(p)) {  // secure mode's malloc(0)
-      zero_free(p);
-      std::atomic_signal_fence(std::memory_order_seq_cst);
-      lab_set_current(lab);
-      return;
-    }
-    return free_foreign(lab, p);
-  }
-  Lab* mine = lab_own(lab);
-  Lab* back = lab_slot_after(mine);
   uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
   if (state == kHot || state == kFull || state == kPartial) {
     if (!secure_mode()) {
-      free_small(mine, p, d, false);
+      free_small(mine, p, d, checked);
     } else if (void* out = secure_quarantine(mine, p, d)) {
       free_small(mine, out, quarantined_span(out), true);
     }
@@ -103,12 +112,25 @@ void free_slow(Lab* lab, void* p, Span* d) {
   } else if (zero_owns(p)) {  // secure mode's malloc(0), in a region's slot past its reservation
     zero_free(p);
   } else if (!arena_owns(p)) {
-    return free_foreign(back, p);  // in a region's slot, past its reservation
+    free_foreign(p);  // in a region's slot, past its reservation
   } else {
     report_misuse("double free (or free of memory not in use):", p);
   }
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  lab_set_current(back);
+}
+
+void free_slow(Lab* lab, void* p, Span* d) {
+  if (p == nullptr || d == nullptr) {  // no LAB needed
+    if (p != nullptr) free_with(lab, p, nullptr, false);
+    return restore_slot(lab);
+  }
+  if (lab == &g_lab_empty && percpu_start()) {
+    // The process's first call chose per-CPU mode (percpu.h).
+    restore_slot(lab);
+    return percpu_free_slow(p, d, false);
+  }
+  Lab* mine = lab_own(lab);
+  free_with(mine, p, d, false);
+  restore_slot(lab_slot_after(mine));
 }
 
 void quarantine_flush() {
@@ -118,8 +140,7 @@ void quarantine_flush() {
   std::atomic_signal_fence(std::memory_order_seq_cst);
   Lab* mine = lab_own(lab);
   if (!is_placeholder(mine)) lab_flush_quarantine(mine);
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  lab_set_current(lab_slot_after(mine));
+  restore_slot(lab_slot_after(mine));
 }
 
 }  // namespace fw

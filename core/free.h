@@ -19,13 +19,20 @@
 #include "core/arena.h"
 #include "core/config.h"
 #include "core/lab.h"
+#include "core/percpu.h"
 #include "core/report.h"
 #include "core/secure.h"
 #include "core/size_class.h"
+#include "platform/rseq.h"
 
 namespace fw {
 
 FW_NOINLINE void free_slow(Lab* lab, void* p, Span* d);  // entered with BUSY set; restores
+// Frees p (not null) of span d (nullptr: p is in no region's slice) with
+// `mine` as the freeing LAB, held by the caller, or a placeholder (then a
+// small block goes straight to its span). checked: p was checked and its free
+// canary set already. Leaves the thread slot alone.
+void free_with(Lab* mine, void* p, Span* d, bool checked);
 
 // Sized frees (free_sized, free_aligned_sized, sized operator delete) check
 // the size against the block: it must be a size the block could have been
@@ -47,6 +54,8 @@ FW_INLINE bool sized_free_fits(size_t n, size_t holds, bool aligned) {
 void quarantine_flush();
 
 FW_NOINLINE void free_slow_sized(Lab* lab, void* p, Span* d, size_t n, bool aligned);
+// The same check for per-CPU mode, then percpu_free_slow.
+FW_NOINLINE void free_slow_sized_percpu(void* p, Span* d, size_t n, bool aligned);
 
 // free_block_impl<false> is free(); free_block_impl<true> also checks the size.
 template <bool kSized>
@@ -75,8 +84,35 @@ FW_INLINE bool free_fast_checks(void* p, const Span* d, unsigned c, size_t n, bo
   return true;
 }
 
+// Per-CPU mode (percpu.h): a block of a span that the current CPU's LAB owns
+// goes onto its list in one restartable section, which checks the owner
+// itself (a span's owner changes only under the LAB's holder, and the LAB has
+// no holder while it is in a slot); the count follows in a second section.
+// Every other block goes to percpu_free_slow.
+template <bool kSized>
+FW_INLINE void free_block_percpu(void* p, size_t n, bool aligned) {
+  Span* slice = region_slice_of(p);
+  if (FW_UNLIKELY(slice == nullptr)) return percpu_free_slow(p, nullptr, false);
+  Span* d = span_in_slice(slice, p);
+  // Owned by some LAB: HOT, so its class is a small one.
+  if (FW_UNLIKELY(d->owner.load(std::memory_order_relaxed) == nullptr)) {
+    if constexpr (kSized) return free_slow_sized_percpu(p, d, n, aligned);
+    return percpu_free_slow(p, d, false);
+  }
+  unsigned c = d->cls.load(std::memory_order_relaxed);
+  if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, c, n, aligned))) return percpu_free_slow(p, d, false);
+  if (FW_UNLIKELY(!os::rseq_push_owned(g_percpu.rseq_off, reinterpret_cast<void* const*>(g_percpu.slots),
+                                       g_percpu.ncpu, c, g_list_key.load(std::memory_order_relaxed), p,
+                                       reinterpret_cast<void* const*>(&d->owner))))
+    return percpu_free_slow(p, d, true);
+  if (FW_UNLIKELY(!os::rseq_count<kCpuCountStride>(g_percpu.rseq_off, g_percpu.counts, g_percpu.ncpu,
+                                                   kClassCount + c)))
+    percpu_count_unplaced(kClassCount + c);
+}
+
 template <bool kSized>
 FW_INLINE void free_block_impl(void* p, size_t n, bool aligned) {
+  if (FW_HAS_RSEQ && FW_LIKELY(percpu_on())) return free_block_percpu<kSized>(p, n, aligned);
   Lab* lab = lab_current();
   lab_set_current(&g_lab_busy);
   std::atomic_signal_fence(std::memory_order_seq_cst);

@@ -122,6 +122,18 @@ Lab* lab_take_transient() {
   return lab;
 }
 
+Lab* lab_take_cpu() {
+  if (!arena_init()) return nullptr;
+  Lab* lab = lab_take();
+  if (lab) lab->kind.store(kLabCpu, std::memory_order_relaxed);
+  return lab;
+}
+
+void lab_retire(Lab* lab) {
+  lab_flush(lab);
+  lab_put(lab);
+}
+
 void lab_put_transient(Lab* lab) {
   lab_flush_pending(lab);
   lab_put(lab);

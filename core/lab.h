@@ -45,7 +45,7 @@
 
 namespace fw {
 
-enum LabKind : uint32_t { kLabIdle = 0, kLabThread = 1, kLabTransient = 2 };
+enum LabKind : uint32_t { kLabIdle = 0, kLabThread = 1, kLabTransient = 2, kLabCpu = 3 };  // kLabCpu: percpu.h
 
 constexpr unsigned kLabQuarantine = 256;  // secure mode: freed blocks a thread holds back (secure_heap.h)
 
@@ -130,6 +130,10 @@ Lab* lab_bind_thread();
 // A LAB for one operation; give it back with lab_put_transient.
 Lab* lab_take_transient();
 void lab_put_transient(Lab* lab);
+// Per-CPU mode (percpu.h): a LAB from the idle stack (or a new one) for a CPU
+// slot; nullptr if no memory. lab_retire flushes a LAB and makes it idle.
+Lab* lab_take_cpu();
+void lab_retire(Lab* lab);
 // Releases every hot span of lab and gives its pending frees to their span
 // (its holder calls this).
 void lab_flush(Lab* lab);

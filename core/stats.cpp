@@ -6,6 +6,7 @@
 
 #include "core/arena.h"
 #include "core/lab.h"
+#include "core/percpu.h"
 #include "core/large.h"
 #include "core/report.h"
 #include "core/size_class.h"
@@ -24,8 +25,8 @@ struct ClassTotals {
 
 void sum_labs(ClassTotals& t) {
   for (unsigned c = 0; c < kClassCount; c++) {
-    t.allocs[c] = 0;
-    t.frees[c] = g_unbound_frees[c].load(std::memory_order_relaxed);
+    t.allocs[c] = percpu_count(c);  // per-CPU mode's fast paths (percpu.h)
+    t.frees[c] = g_unbound_frees[c].load(std::memory_order_relaxed) + percpu_count(kClassCount + c);
   }
   for (Lab* lab = lab_first(); lab != nullptr; lab = lab->all_next.load(std::memory_order_acquire)) {
     for (unsigned c = 0; c < kClassCount; c++) {
@@ -111,7 +112,7 @@ void stats_print(int fd) {
   fw_stats_t s;
   stats_fill(&s);
   Line head;
-  head.str("freeway statistics\n");
+  head.str("freeway statistics (").str(percpu_mode_name()).str(" caches)\n");
   head.write(fd);
 #define FW_STAT_PRINT(field, doc)                                               \
   {                                                                             \

@@ -6,7 +6,8 @@
 //
 // Where the numbers come from:
 //   per-class allocs/frees  summed over every LAB (single-writer counters read
-//                           relaxed), plus frees made with no LAB (unbound)
+//                           relaxed), plus frees made with no LAB (unbound),
+//                           plus per-CPU mode's per-CPU rows (percpu.h)
 //   live bytes              sum over classes of (allocs - frees) * block size,
 //                           plus large_live_bytes
 //   peak live bytes         the highest live figure seen by a sample: every

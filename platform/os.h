@@ -54,6 +54,14 @@ void* alloc_metadata(size_t size);
 
 // The CPU the calling thread runs on now (a hint; it can change at once).
 unsigned cpu_id();
+// Restartable sequences (platform/rseq.h): true if the C library registered an
+// rseq area for the calling thread that the sections can use, with *offset its
+// place relative to the thread pointer. Linux x86-64 with glibc 2.35+ only;
+// false elsewhere, and when registration is off (GLIBC_TUNABLES
+// glibc.pthread.rseq=0, an old kernel, seccomp, another registration).
+bool rseq_offset(ptrdiff_t* offset);
+// How many CPUs the OS may ever report (possible, not online: the bound of cpu_id()).
+size_t cpu_count_possible();
 // 64 random bits from the OS (getrandom), or from time and addresses if that fails.
 uint64_t random_u64();
 // Monotonic time in nanoseconds.

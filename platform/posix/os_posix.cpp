@@ -190,6 +190,27 @@ unsigned cpu_id() {
 #endif
 }
 
+bool rseq_offset(ptrdiff_t* offset) {
+#if defined(__linux__) && defined(__x86_64__) && !defined(FW_NO_RSEQ)
+  // The sections use cpu_id (offset 4) and rseq_cs (offset 8): 16 bytes.
+  if (&__rseq_size == nullptr || __rseq_size < 16) return false;
+  const volatile int32_t* rs = reinterpret_cast<const volatile int32_t*>(
+      static_cast<char*>(__builtin_thread_pointer()) + __rseq_offset);
+  if (rs[1] < 0) return false;  // -1: not registered, -2: registration failed
+  *offset = __rseq_offset;
+  return true;
+#else
+  (void)offset;
+  return false;
+#endif
+}
+
+size_t cpu_count_possible() {
+  long n = sysconf(_SC_NPROCESSORS_CONF);
+  size_t online = cpu_count();
+  return n > 0 && size_t(n) > online ? size_t(n) : online;
+}
+
 uint64_t random_u64() {
   uint64_t v = 0;
   int saved = errno;

@@ -135,6 +135,10 @@ void* alloc_metadata(size_t size) {
 
 unsigned cpu_id() { return unsigned(GetCurrentProcessorNumber()); }
 
+// Windows has no restartable sequences: freeway keeps per-thread caches there.
+bool rseq_offset(ptrdiff_t*) { return false; }
+size_t cpu_count_possible() { return cpu_count(); }
+
 // BCryptGenRandom, found at first use: freeway.dll then depends on kernel32
 // alone at load (bcrypt.dll is a system DLL, loaded from System32 only).
 uint64_t random_u64() {

@@ -1,0 +1,142 @@
+// core/percpu.cpp: choosing the mode, and the slow paths of per-CPU mode (percpu.h).
+#include "core/percpu.h"
+
+#include "core/alloc.h"
+#include "core/arena.h"
+#include "core/free.h"
+#include "core/lab.h"
+#include "core/options.h"
+#include "core/report.h"
+#include "core/secure.h"
+#include "platform/os.h"
+#include "platform/rseq.h"
+
+namespace fw {
+
+constinit PercpuState g_percpu{};
+
+namespace {
+
+constexpr uint32_t kMaxCpus = 4096;
+
+enum : int { kUndecided = 0, kDeciding = 1, kDecided = 2 };
+constinit std::atomic<int> g_decision{kUndecided};
+constinit std::atomic<uint64_t> g_unplaced[kCpuCountStride]{};
+
+// The CPU's slot array and counter rows; false if there is no memory for them.
+bool make_tables(ptrdiff_t off) {
+  size_t n = os::cpu_count_possible();
+  if (n > kMaxCpus) n = kMaxCpus;
+  void* slots = os::alloc_metadata(n * sizeof(Lab*));
+  void* counts = os::alloc_metadata(n * kCpuCountStride * sizeof(uint64_t));
+  if (slots == nullptr || counts == nullptr) return false;  // a few pages at most are lost
+  g_percpu.rseq_off = off;
+  g_percpu.ncpu = uint32_t(n);
+  g_percpu.slots = static_cast<Lab**>(slots);
+  g_percpu.counts = static_cast<uint64_t*>(counts);
+  return true;
+}
+
+FW_COLD void say(const char* what) {
+  Line l;
+  l.str("freeway: ").str(what).str("\n");
+  l.write(2);
+}
+
+void decide() {
+  int64_t want = option(Option::percpu);  // 0 off, 1 required, 2 when available
+  if (want == 0) return;
+  const char* why = nullptr;
+  ptrdiff_t off = 0;
+#if defined(FW_TSAN)
+  why = "per-CPU caches are off under ThreadSanitizer (it cannot see restartable sections)";
+#else
+  if (secure_mode())
+    why = "per-CPU caches are off in secure mode (its quarantine is per thread)";
+  else if (!os::rseq_offset(&off))
+    why = "per-CPU caches need rseq registered by the C library (Linux x86-64, glibc 2.35+); using per-thread caches";
+  else if (!make_tables(off))
+    why = "no memory for the per-CPU tables; using per-thread caches";
+#endif
+  if (why != nullptr) {
+    if (want == 1 || option(Option::verbose) > 0) say(why);
+    return;
+  }
+  g_percpu.on.store(true, std::memory_order_release);
+}
+
+// The LAB this call works on: the current CPU's (taken out of its slot), or an
+// idle one when the slot is empty or the CPU has none. nullptr: no memory.
+Lab* percpu_take() {
+  if (Lab* lab = static_cast<Lab*>(os::rseq_take(g_percpu.rseq_off, reinterpret_cast<void**>(g_percpu.slots),
+                                                  g_percpu.ncpu)))
+    return lab;
+  return lab_take_cpu();
+}
+
+// Gives lab back: into the slot of the CPU the thread runs on now if that slot
+// is empty, else (flushed) to the idle stack.
+void percpu_put(Lab* lab) {
+  if (os::rseq_put(g_percpu.rseq_off, reinterpret_cast<void**>(g_percpu.slots), g_percpu.ncpu, lab)) return;
+  lab_retire(lab);
+}
+
+}  // namespace
+
+bool percpu_start() {
+  if (!arena_init()) return false;
+  if (percpu_on()) return true;
+  int expected = kUndecided;
+  if (g_decision.compare_exchange_strong(expected, kDeciding, std::memory_order_acq_rel, std::memory_order_acquire)) {
+    decide();
+    g_decision.store(kDecided, std::memory_order_release);
+  }
+  // A thread racing the decider does not wait for it: this one call takes
+  // the per-thread path, which is correct in either mode.
+  return percpu_on();
+}
+
+const char* percpu_mode_name() { return percpu_on() ? "per-CPU" : "per-thread"; }
+
+void* percpu_malloc_slow(unsigned c, size_t n) {
+  (void)n;
+  Lab* lab = percpu_take();
+  void* p = lab != nullptr ? lab_refill(lab, c) : nullptr;
+  if (lab != nullptr) percpu_put(lab);
+  if (p == nullptr) alloc_out_of_memory(class_block_size(c));
+  return p;
+}
+
+void percpu_free_slow(void* p, Span* d, bool checked) {
+  if (p == nullptr) return;
+  Lab* lab = nullptr;
+  if (d != nullptr) {
+    uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
+    if (state == kHot || state == kFull || state == kPartial) lab = percpu_take();
+  }
+  // No LAB (not a small block, or no memory for one): the DEAD placeholder
+  // frees a small block straight to its span.
+  free_with(lab != nullptr ? lab : &g_lab_dead, p, d, checked);
+  if (lab != nullptr) percpu_put(lab);
+}
+
+void percpu_count_unplaced(size_t idx) { g_unplaced[idx].fetch_add(1, std::memory_order_relaxed); }
+
+uint64_t percpu_count(size_t idx) {
+  uint64_t n = g_unplaced[idx].load(std::memory_order_relaxed);
+  if (!percpu_on()) return n;
+  // Each row is written by sections on its CPU only; a relaxed read of an
+  // aligned word sees a value it had (a figure, like the LABs' counters).
+  for (uint32_t k = 0; k < g_percpu.ncpu; k++)
+    n += __atomic_load_n(&g_percpu.counts[size_t(k) * kCpuCountStride + idx], __ATOMIC_RELAXED);
+  return n;
+}
+
+Lab* percpu_slot(uint32_t k) {
+  if (!percpu_on() || k >= g_percpu.ncpu) return nullptr;
+  return __atomic_load_n(&g_percpu.slots[k], __ATOMIC_RELAXED);
+}
+
+uint32_t percpu_cpus() { return percpu_on() ? g_percpu.ncpu : 0; }
+
+}  // namespace fw

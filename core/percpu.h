@@ -1,0 +1,80 @@
+// core/percpu.h: per-CPU caches (Dice and Garthwaite's MP-RCS, through Linux rseq).
+//
+// In per-CPU mode the caches are LABs (lab.h) that belong to CPUs, not to
+// threads. Slot k of the slot array holds the LAB of CPU k, or null while a
+// slow path has it out. Any thread running on CPU k uses that LAB:
+//   - malloc's fast path pops its free[c] list, and free's fast path pushes a
+//     block of a span the LAB owns onto it, each in one restartable section
+//     (platform/rseq.h) that ends in one committing store;
+//   - a slow path takes the LAB out of the slot (a section that stores null),
+//     works on it with plain loads and stores as the LAB's only holder (refill,
+//     pending chains, a span's release: lab.cpp, unchanged), and puts it back
+//     into the slot of the CPU it runs on then, if that slot is empty; if not,
+//     the LAB is flushed and goes to the idle stack. A slow path that finds its
+//     slot empty takes an idle LAB (or a new one).
+// So a span still has one owner at a time (Hoard's rule: a CPU's LAB owns it
+// the way a thread's LAB does in per-thread mode), and a block of another LAB's
+// span goes to it through that span's anchor, one CAS per pending chain.
+//
+// Invariants:
+//   - a LAB is in at most one slot, and a LAB in slot k is read or written only
+//     by sections running on CPU k (the fast paths and take), never by a holder;
+//   - a LAB out of every slot has at most one holder (the thread whose take or
+//     lab_take handed it out), which alone touches its lists;
+//   - the fast paths' counts go to the per-CPU rows below (each changed only by
+//     a section on its CPU), the slow paths' to the holder's LAB; stats add both.
+// Nothing is bound to a thread: thread exit releases nothing, a thread that
+// migrates just uses another CPU's LAB, and a thread frozen or killed inside a
+// section has been moved out of it by the kernel. Only a thread stopped for
+// good inside a slow path strands something: the one LAB it holds.
+//
+// The mode is chosen once, at the first malloc (percpu_start): per-CPU if
+// FREEWAY_PERCPU allows it, rseq is registered (os::rseq_offset), and secure
+// mode is off (its quarantine is per thread). Otherwise, and on Windows,
+// freeway keeps per-thread LABs; the fast paths test g_percpu.on first.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/config.h"
+#include "core/size_class.h"
+
+namespace fw {
+
+struct Lab;
+
+// Counter row of one CPU: allocs of class c at [c], frees at [kClassCount + c].
+constexpr size_t kCpuCountStride = 2 * kClassCount;
+
+struct alignas(64) PercpuState {
+  std::atomic<bool> on;  // set once (release) after the fields below
+  ptrdiff_t rseq_off;    // the thread pointer to rseq area offset (os::rseq_offset)
+  uint32_t ncpu;         // slots and counter rows
+  Lab** slots;
+  uint64_t* counts;      // ncpu rows of kCpuCountStride
+};
+extern PercpuState g_percpu;
+
+FW_INLINE bool percpu_on() { return g_percpu.on.load(std::memory_order_acquire); }
+
+// Decides the mode if no call has yet (arena_init included) and says whether
+// it is per-CPU. false if the arena cannot be made.
+bool percpu_start();
+// The mode's name for reports: "per-CPU" or "per-thread".
+const char* percpu_mode_name();
+
+// Slow paths of per-CPU mode (no thread slot involved).
+FW_NOINLINE void* percpu_malloc_slow(unsigned c, size_t n);
+// checked: p was checked and its free canary set already.
+FW_NOINLINE void percpu_free_slow(void* p, struct Span* d, bool checked);
+// A fast-path count that no CPU row took (the thread's CPU is out of range).
+FW_NOINLINE void percpu_count_unplaced(size_t idx);
+
+// Sum over CPU rows (and unplaced counts) of allocs (idx c) or frees (kClassCount + c).
+uint64_t percpu_count(size_t idx);
+// The LAB in CPU k's slot now (a racy figure for telemetry), nullptr if none.
+Lab* percpu_slot(uint32_t k);
+uint32_t percpu_cpus();
+
+}  // namespace fw

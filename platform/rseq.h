@@ -1,0 +1,221 @@
+// platform/rseq.h: per-CPU operations made safe by restartable sequences
+// (Linux rseq; Dice and Garthwaite's MP-RCS).
+//
+// Each operation below is one restartable critical section over an array of
+// per-CPU slots, indexed by the CPU the thread runs on. The kernel aborts the
+// section if the thread is preempted, migrated or signalled between its first
+// instruction and its committing store (the last instruction); the abort
+// handler starts it again from the top. Any two sections that name the same
+// CPU's slot therefore run one after the other, never interleaved: no lock and
+// no atomic read-modify-write is needed. An operation also fails (returns the
+// "no" answer) when the CPU number is not below `ncpu`: rseq is not registered
+// for this thread (cpu_id is -1 or -2, which compare as huge), or the slot
+// array is smaller than the CPU count.
+//
+// What the kernel needs, for every section (see the kernel's uapi linux/rseq.h):
+//  - a `struct rseq_cs` descriptor, 32-byte aligned: version 0, flags 0,
+//    start_ip (label 1), post_commit_offset (label 2 - label 1: the committing
+//    store is the last instruction before 2), abort_ip (label 4). They are kept
+//    in the `__rseq_cs` section, as librseq does, so a debugger can find them;
+//  - its address stored in the thread's rseq area (rseq_cs field, offset 8)
+//    before the section starts. The kernel clears that field lazily when it
+//    finds the thread outside the section, so nothing clears it here;
+//  - the 4 bytes before abort_ip equal to the signature glibc registered the
+//    area with (RSEQ_SIG, 0x53053053 on x86): they are the last 4 bytes of a
+//    `ud1` instruction, so the signature decodes as an instruction that traps
+//    if ever executed, and the abort code sits out of line in `__rseq_failure`.
+// The thread's rseq area is at the thread pointer (%fs base) + `off`, glibc's
+// __rseq_offset (os::rseq_offset); in it cpu_id is at offset 4.
+//
+// Only Linux x86-64 has these sections (os::rseq_offset says whether they can
+// run); elsewhere the functions are never called and answer "no".
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace fw::os {
+
+#if defined(__linux__) && defined(__x86_64__) && !defined(FW_NO_RSEQ)
+#define FW_HAS_RSEQ 1
+
+// The descriptor of the section that starts at local label 1, commits just
+// before label 2 and aborts to label 4; then the store of its address into the
+// thread's rseq area (through scratch register `tmp`), then label 1.
+#define FW_RSEQ_START(tmp)                                   \
+  ".pushsection __rseq_cs, \"aw\"\n\t"                      \
+  ".balign 32\n"                                             \
+  "3:\n\t"                                                   \
+  ".long 0x0, 0x0\n\t"                                       \
+  ".quad 1f, (2f - 1f), 4f\n\t"                              \
+  ".popsection\n\t"                                          \
+  "leaq 3b(%%rip), " tmp "\n\t"                              \
+  "movq " tmp ", %%fs:8(%[off])\n"                           \
+  "1:\n\t"
+
+// Label 2, and the abort handler: the signature, then a jump to the C label
+// `abort`, which starts the section again.
+#define FW_RSEQ_END                                           \
+  "2:\n\t"                                                   \
+  ".pushsection __rseq_failure, \"ax\"\n\t"                 \
+  ".byte 0x0f, 0xb9, 0x3d\n\t"                               \
+  ".long 0x53053053\n"                                       \
+  "4:\n\t"                                                   \
+  "jmp %l[abort]\n\t"                                        \
+  ".popsection\n\t"
+
+// slots[cpu] is a pointer to an array of list heads (or null). Pops the first
+// node of list `idx` of the current CPU's array; each node's first word is the
+// next node's address XOR key. nullptr if the CPU is out of range, its slot is
+// empty or the list is empty.
+__attribute__((always_inline)) inline void* rseq_pop(ptrdiff_t off, void* const* slots, uint32_t ncpu,
+                                                     size_t idx, uintptr_t key) {
+  uintptr_t node, base, next;
+retry:
+  asm volatile goto(FW_RSEQ_START("%[node]")
+           "movl %%fs:4(%[off]), %k[base]\n\t"      // cpu_id
+           "cmpl %[ncpu], %k[base]\n\t"
+           "jae %l[none]\n\t"
+           "movq (%[slots], %[base], 8), %[base]\n\t"  // this CPU's array
+           "testq %[base], %[base]\n\t"
+           "jz %l[none]\n\t"
+           "movq (%[base], %[idx], 8), %[node]\n\t"    // the list's head
+           "testq %[node], %[node]\n\t"
+           "jz %l[none]\n\t"
+           "movq (%[node]), %[next]\n\t"
+           "xorq %[key], %[next]\n\t"
+           "movq %[next], (%[base], %[idx], 8)\n\t"    // commit: the head is the next node
+           FW_RSEQ_END
+           : [node] "=&r"(node), [base] "=&r"(base), [next] "=&r"(next)
+           : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [idx] "r"(idx), [key] "r"(key)
+           : "memory", "cc"
+           : none, abort);
+  return reinterpret_cast<void*>(node);
+none:
+  return nullptr;
+abort:
+  goto retry;
+}
+
+// Pushes `node` on list `idx` of the current CPU's array if that array is
+// `*owner` (a word another thread may change only from a section on this CPU,
+// or while no CPU's slot holds the array). false, with nothing changed, if the
+// CPU is out of range, its slot is empty or holds another array.
+__attribute__((always_inline)) inline bool rseq_push_owned(ptrdiff_t off, void* const* slots, uint32_t ncpu,
+                                                           size_t idx, uintptr_t key, void* node,
+                                                           void* const* owner) {
+  uintptr_t base, head;
+retry:
+  asm volatile goto(FW_RSEQ_START("%[head]")
+           "movl %%fs:4(%[off]), %k[base]\n\t"
+           "cmpl %[ncpu], %k[base]\n\t"
+           "jae %l[no]\n\t"
+           "movq (%[slots], %[base], 8), %[base]\n\t"
+           "testq %[base], %[base]\n\t"
+           "jz %l[no]\n\t"
+           "cmpq %[base], (%[owner])\n\t"
+           "jne %l[no]\n\t"
+           "movq (%[base], %[idx], 8), %[head]\n\t"
+           "xorq %[key], %[head]\n\t"
+           "movq %[head], (%[node])\n\t"               // node's link (node is the caller's alone)
+           "movq %[node], (%[base], %[idx], 8)\n\t"    // commit: node is the head
+           FW_RSEQ_END
+           : [base] "=&r"(base), [head] "=&r"(head)
+           : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [idx] "r"(idx), [key] "r"(key),
+             [node] "r"(node), [owner] "r"(owner)
+           : "memory", "cc"
+           : no, abort);
+  return true;
+no:
+  return false;
+abort:
+  goto retry;
+}
+
+// Adds 1 to counters[cpu * kStride + idx] (kStride in 8-byte words) for the
+// current CPU; the add itself commits. false if the CPU is out of range.
+template <size_t kStride>
+__attribute__((always_inline)) inline bool rseq_count(ptrdiff_t off, uint64_t* counters, uint32_t ncpu, size_t idx) {
+  uintptr_t cpu;
+  uint64_t* at = counters + idx;
+retry:
+  asm volatile goto(FW_RSEQ_START("%[cpu]")
+           "movl %%fs:4(%[off]), %k[cpu]\n\t"
+           "cmpl %[ncpu], %k[cpu]\n\t"
+           "jae %l[no]\n\t"
+           "imulq %[stride], %[cpu], %[cpu]\n\t"
+           "addq $1, (%[at], %[cpu])\n\t"               // commit
+           FW_RSEQ_END
+           : [cpu] "=&r"(cpu)
+           : [off] "r"(off), [ncpu] "r"(ncpu), [at] "r"(at), [stride] "i"(kStride * 8)
+           : "memory", "cc"
+           : no, abort);
+  return true;
+no:
+  return false;
+abort:
+  goto retry;
+}
+
+// Takes the current CPU's slot: returns what it held and leaves it null.
+// nullptr if the CPU is out of range or the slot was empty.
+__attribute__((always_inline)) inline void* rseq_take(ptrdiff_t off, void** slots, uint32_t ncpu) {
+  uintptr_t cpu, v;
+retry:
+  asm volatile goto(FW_RSEQ_START("%[v]")
+           "movl %%fs:4(%[off]), %k[cpu]\n\t"
+           "cmpl %[ncpu], %k[cpu]\n\t"
+           "jae %l[none]\n\t"
+           "movq (%[slots], %[cpu], 8), %[v]\n\t"
+           "testq %[v], %[v]\n\t"
+           "jz %l[none]\n\t"
+           "movq $0, (%[slots], %[cpu], 8)\n\t"          // commit
+           FW_RSEQ_END
+           : [cpu] "=&r"(cpu), [v] "=&r"(v)
+           : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots)
+           : "memory", "cc"
+           : none, abort);
+  return reinterpret_cast<void*>(v);
+none:
+  return nullptr;
+abort:
+  goto retry;
+}
+
+// Puts v into the current CPU's slot if that slot is empty. false if it is
+// not, or the CPU is out of range.
+__attribute__((always_inline)) inline bool rseq_put(ptrdiff_t off, void** slots, uint32_t ncpu, void* v) {
+  uintptr_t cpu;
+retry:
+  asm volatile goto(FW_RSEQ_START("%[cpu]")
+           "movl %%fs:4(%[off]), %k[cpu]\n\t"
+           "cmpl %[ncpu], %k[cpu]\n\t"
+           "jae %l[no]\n\t"
+           "cmpq $0, (%[slots], %[cpu], 8)\n\t"
+           "jne %l[no]\n\t"
+           "movq %[v], (%[slots], %[cpu], 8)\n\t"        // commit
+           FW_RSEQ_END
+           : [cpu] "=&r"(cpu)
+           : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [v] "r"(v)
+           : "memory", "cc"
+           : no, abort);
+  return true;
+no:
+  return false;
+abort:
+  goto retry;
+}
+
+#undef FW_RSEQ_START
+#undef FW_RSEQ_END
+
+#else
+#define FW_HAS_RSEQ 0
+inline void* rseq_pop(ptrdiff_t, void* const*, uint32_t, size_t, uintptr_t) { return nullptr; }
+inline bool rseq_push_owned(ptrdiff_t, void* const*, uint32_t, size_t, uintptr_t, void*, void* const*) { return false; }
+template <size_t kStride>
+inline bool rseq_count(ptrdiff_t, uint64_t*, uint32_t, size_t) { return false; }
+inline void* rseq_take(ptrdiff_t, void**, uint32_t) { return nullptr; }
+inline bool rseq_put(ptrdiff_t, void**, uint32_t, void*) { return false; }
+#endif
+
+}  // namespace fw::os
