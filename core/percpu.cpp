@@ -137,6 +137,16 @@ Lab* percpu_slot(uint32_t k) {
   return __atomic_load_n(&g_percpu.slots[k], __ATOMIC_RELAXED);
 }
 
+void percpu_cpu_counts(uint32_t k, uint64_t* allocs, uint64_t* frees) {
+  *allocs = *frees = 0;
+  if (!percpu_on() || k >= g_percpu.ncpu) return;
+  const uint64_t* row = &g_percpu.counts[size_t(k) * kCpuCountStride];
+  for (unsigned c = 0; c < kClassCount; c++) {
+    *allocs += __atomic_load_n(&row[c], __ATOMIC_RELAXED);
+    *frees += __atomic_load_n(&row[kClassCount + c], __ATOMIC_RELAXED);
+  }
+}
+
 uint32_t percpu_cpus() { return percpu_on() ? g_percpu.ncpu : 0; }
 
 }  // namespace fw

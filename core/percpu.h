@@ -76,5 +76,7 @@ uint64_t percpu_count(size_t idx);
 // The LAB in CPU k's slot now (a racy figure for telemetry), nullptr if none.
 Lab* percpu_slot(uint32_t k);
 uint32_t percpu_cpus();
+// CPU k's fast-path counts, all classes (a racy figure for telemetry).
+void percpu_cpu_counts(uint32_t k, uint64_t* allocs, uint64_t* frees);
 
 }  // namespace fw

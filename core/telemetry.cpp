@@ -7,6 +7,7 @@
 
 #include "core/arena.h"
 #include "core/lab.h"
+#include "core/percpu.h"
 #include "core/options.h"
 #include "core/report.h"
 #include "core/size_class.h"
@@ -160,6 +161,9 @@ void write_snapshot(fwt_header* h, uint64_t start_ns, uint64_t last_publish_ns) 
 
   fwt_lab* labs = table<fwt_lab>(h, kLayout.labs);
   uint32_t lab_count = 0;
+  // Per-CPU mode: which CPU's slot holds which LAB now (racy: a slow path may
+  // have one out for a moment; the inspector shows a snapshot).
+  uint32_t cpus = percpu_cpus();
   for (Lab* lab = lab_first(); lab != nullptr && lab_count < kMaxLabs;
        lab = lab->all_next.load(std::memory_order_acquire)) {
     fwt_lab out{};
@@ -170,6 +174,15 @@ void write_snapshot(fwt_header* h, uint64_t start_ns, uint64_t last_publish_ns) 
       out.frees += lab->frees[c].load(std::memory_order_relaxed);
     }
     out.pending = lab_pending_count(lab);
+    for (uint32_t k = 0; k < cpus && out.kind == kLabCpu; k++) {
+      if (percpu_slot(k) != lab) continue;
+      uint64_t a, f;
+      percpu_cpu_counts(k, &a, &f);
+      out.allocs += a;
+      out.frees += f;
+      out.cpu_slot = k + 1;
+      break;
+    }
     std::memcpy(&labs[lab_count++], &out, sizeof out);
   }
 

@@ -54,6 +54,10 @@ FW_API int fw_owns(const void* p);
    freeing the blocks the calling thread still holds in its quarantine). */
 FW_API void fw_collect(void);
 
+/* 1 when the caches are per CPU (Linux rseq; FREEWAY_PERCPU), 0 when they are
+   per thread. The mode is chosen once, at the first allocation. */
+FW_API int fw_caches_per_cpu(void);
+
 #define FW_SIZE_CLASS_MAX 64
 
 typedef struct fw_class_stats {

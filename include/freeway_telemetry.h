@@ -31,7 +31,7 @@
 
 #define FWT_MAGIC 0x4d454c4554574600ull /* bytes "\0FWTELEM" read as little-endian u64 */
 #define FWT_VERSION_MAJOR 1
-#define FWT_VERSION_MINOR 0
+#define FWT_VERSION_MINOR 1  /* 1: FWT_LAB_CPU and fwt_lab.cpu_slot (was padding) */
 #define FWT_PATH_PREFIX "/dev/shm/freeway." /* + decimal pid */
 #define FWT_EXE_MAX 256
 
@@ -56,7 +56,8 @@ enum fwt_span_flags {
 };
 
 enum fwt_region_kind { FWT_REGION_UNUSED = 0, FWT_REGION_ARENA = 1, FWT_REGION_HUGE = 2 };
-enum fwt_lab_kind { FWT_LAB_IDLE = 0, FWT_LAB_THREAD = 1, FWT_LAB_TRANSIENT = 2 };
+/* CPU: a cache of per-CPU mode (core/percpu.h), in a CPU's slot or held by a slow path. */
+enum fwt_lab_kind { FWT_LAB_IDLE = 0, FWT_LAB_THREAD = 1, FWT_LAB_TRANSIENT = 2, FWT_LAB_CPU = 3 };
 
 enum fwt_event_kind {
   FWT_EV_NONE = 0,
@@ -147,9 +148,10 @@ typedef struct fwt_span {
 typedef struct fwt_lab {
   uint32_t id;
   uint32_t kind;          /* fwt_lab_kind */
-  uint64_t allocs, frees; /* blocks this cache allocated / freed, all classes */
+  uint64_t allocs, frees; /* blocks this cache allocated / freed, all classes; a CPU cache
+                             in a slot also counts that CPU's fast paths (percpu.h) */
   uint32_t pending;       /* frees waiting in the cache's pending chain */
-  uint32_t pad;
+  uint32_t cpu_slot;      /* since 1.1: CPU cache in CPU k's slot: k + 1; otherwise 0 (was padding) */
 } fwt_lab;
 
 typedef struct fwt_event {

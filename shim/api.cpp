@@ -4,6 +4,7 @@
 #include "core/alloc.h"
 #include "core/free.h"
 #include "core/options.h"
+#include "core/percpu.h"
 #include "core/span_pool.h"
 #include "core/secure_heap.h"
 #include "core/stats.h"
@@ -37,6 +38,7 @@ FW_API void fw_collect(void) {
   fw::quarantine_flush();
   fw::pool_collect();
 }
+FW_API int fw_caches_per_cpu(void) { return fw::percpu_start() ? 1 : 0; }
 FW_API void fw_stats(fw_stats_t* out) { fw::stats_fill(out); }
 FW_API void fw_stats_print(int fd) { fw::stats_print(fd); }
 FW_API int fw_check_heap(void) { return fw::check_heap(); }

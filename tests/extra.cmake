@@ -65,3 +65,11 @@ add_test(NAME install.multiarch_libdir
           ${FW_TEST_PROGRAMS}/install_consumer ${CMAKE_C_COMPILER} ${CMAKE_CXX_COMPILER})
 set_tests_properties(install.consumers install.multiarch_libdir PROPERTIES
   TIMEOUT 300 ENVIRONMENT "TMPDIR=${FW_TEST_TMP}")
+
+# --- Cache mode (core/percpu.h) ------------------------------------------------
+add_executable(fw_cache_mode ${FW_TEST_PROGRAMS}/cache_mode.c)
+target_compile_options(fw_cache_mode PRIVATE ${FW_TEST_C_FLAGS})
+target_link_libraries(fw_cache_mode PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
+add_dependencies(fw_cache_mode freeway)
+add_test(NAME cache_mode COMMAND ${FW_TEST_SCRIPTS}/cache_mode.sh $<TARGET_FILE:freeway> $<TARGET_FILE:fw_cache_mode>)
+set_tests_properties(cache_mode PROPERTIES TIMEOUT 120 ENVIRONMENT "TMPDIR=${FW_TEST_TMP}")

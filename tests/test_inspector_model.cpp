@@ -602,6 +602,25 @@ TEST_CASE("derive reports no blowup for an empty heap and skips classes never us
   CHECK(f.classes.size() == 2);
 }
 
+TEST_CASE("derive tells a CPU cache in a slot from one a slow path holds (format 1.1)") {
+  SegmentBuilder sb = small_heap();
+  sb.labs.clear();
+  sb.labs.push_back(fwt_lab{0, FWT_LAB_CPU, 700, 600, 0, 2});  // in CPU 1's slot
+  sb.labs.push_back(fwt_lab{1, FWT_LAB_CPU, 10, 9, 0, 0});     // out of every slot
+  sb.labs.push_back(fwt_lab{2, FWT_LAB_IDLE, 0, 0, 0, 0});
+  sb.sync_counts();
+  fwi::Snapshot s;
+  REQUIRE(take_error(sb.build(), &s) == "");
+  fwi::Figures f = fwi::derive(s);
+  REQUIRE(f.labs.size() == 3);
+  CHECK(f.labs[0].cpu == 1);
+  CHECK(f.labs[0].alive);
+  CHECK(f.labs[1].cpu == -1);
+  CHECK(f.labs[1].alive);
+  CHECK(f.labs[2].cpu == -1);
+  CHECK_FALSE(f.labs[2].alive);
+}
+
 TEST_CASE("check_spans finds nothing on a sound heap") {
   fwi::Snapshot s;
   REQUIRE(take_error(small_heap().build(), &s) == "");

@@ -32,7 +32,11 @@ TEST_CASE("thousands of short-lived threads leave no thread cache bound and no g
     for (auto& t : ts) t.join();
   }
   fw_stats(&b);
-  CHECK(b.threads_created - a.threads_created >= 5000);
+  if (fw_caches_per_cpu()) {
+    CHECK(b.threads_created == a.threads_created);  // per-CPU caches: none was bound to a thread
+  } else {
+    CHECK(b.threads_created - a.threads_created >= 5000);
+  }
   CHECK(b.threads_live <= a.threads_live);
   // glibc keeps a malloc'd TLS vector per cached thread stack: a little stays live.
   CHECK(b.live_bytes <= a.live_bytes + (256u << 10));

@@ -324,10 +324,10 @@ void print_json(FILE* out, const Snapshot& s, const Figures& f, const std::vecto
   for (size_t i = 0; i < f.labs.size(); i++) {
     const LabFigures& l = f.labs[i];
     std::fprintf(out,
-                 "%s%s{\"id\": %u, \"alive\": %s, \"hot_spans\": %u, \"bytes_held\": %" PRIu64
+                 "%s%s{\"id\": %u, \"alive\": %s, \"cpu\": %d, \"hot_spans\": %u, \"bytes_held\": %" PRIu64
                  ", \"free_bytes_held\": %" PRIu64 ", \"pending\": %u, \"allocs\": %" PRIu64 ", \"frees\": %" PRIu64
                  "}%s%s",
-                 in, in, l.id, l.alive ? "true" : "false", l.hot_spans, l.bytes_held, l.free_bytes_held, l.pending,
+                 in, in, l.id, l.alive ? "true" : "false", l.cpu, l.hot_spans, l.bytes_held, l.free_bytes_held, l.pending,
                  l.allocs, l.frees, i + 1 < f.labs.size() ? "," : "", nl);
   }
   std::fprintf(out, "%s],%s", in, nl);
@@ -354,8 +354,11 @@ void print_text(FILE* out, const Snapshot& s, const Figures& f, const std::vecto
   std::fprintf(out, "  spans     ");
   for (unsigned st = 0; st < FWT_SPAN_STATE_COUNT; st++)
     std::fprintf(out, " %s %" PRIu64, lower(state_name(st)).c_str(), f.spans_by_state[st]);
-  std::fprintf(out, "\n  threads    %" PRIu64 " live, %zu caches; events missed %" PRIu64 ", dropped %" PRIu64 "\n",
-               f.threads_live, f.labs.size(), f.events_missed, f.events_dropped);
+  size_t in_slots = 0;
+  for (const LabFigures& l : f.labs) in_slots += l.cpu >= 0;
+  std::fprintf(out, "\n  threads    %" PRIu64 " live, %zu caches", f.threads_live, f.labs.size());
+  if (in_slots > 0) std::fprintf(out, " (per-CPU: %zu in CPU slots)", in_slots);
+  std::fprintf(out, "; events missed %" PRIu64 ", dropped %" PRIu64 "\n", f.events_missed, f.events_dropped);
   if (!f.classes.empty()) {
     std::fprintf(out, "  %5s %8s %12s %10s %5s %5s %5s %8s %10s\n", "class", "size", "live blocks", "live", "hot",
                  "full", "part", "fullness", "committed");

@@ -1,5 +1,6 @@
-// inspector/gui/caches_view.cpp: the "Thread caches" window: every thread
-// cache (LAB), whether its thread is alive, what it holds and what waits.
+// inspector/gui/caches_view.cpp: the "Caches" window: every cache (LAB), who
+// holds it (a live thread, a CPU's slot in per-CPU mode, nobody), what it
+// holds and what waits.
 #include <imgui.h>
 
 #include <cinttypes>
@@ -9,17 +10,22 @@
 namespace fwi {
 
 void draw_caches(App& app, UiState&, Rect r) {
-  if (!begin_fixed("Thread caches", r)) {
+  if (!begin_fixed("Caches", r)) {
     ImGui::End();
     return;
   }
   const Figures& f = app.figures;
-  ImGui::Text("%" PRIu64 " threads live, %zu caches", f.threads_live, f.labs.size());
+  size_t in_slots = 0;
+  for (const LabFigures& l : f.labs) in_slots += l.cpu >= 0;
+  if (in_slots > 0)
+    ImGui::Text("per-CPU caches: %zu in CPU slots, %zu caches", in_slots, f.labs.size());
+  else
+    ImGui::Text("%" PRIu64 " threads live, %zu caches", f.threads_live, f.labs.size());
   const ImGuiTableFlags flags =
       ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingStretchProp;
   if (ImGui::BeginTable("labs", 8, flags)) {
     ImGui::TableSetupScrollFreeze(0, 1);
-    for (const char* h : {"cache", "thread", "hot spans", "held", "free held", "pending", "allocs", "frees"})
+    for (const char* h : {"cache", "held by", "hot spans", "held", "free held", "pending", "allocs", "frees"})
       ImGui::TableSetupColumn(h);
     ImGui::TableHeadersRow();
     ImGuiListClipper clipper;
@@ -31,8 +37,12 @@ void draw_caches(App& app, UiState&, Rect r) {
         ImGui::TableNextColumn();
         ImGui::Text("%u", l.id);
         ImGui::TableNextColumn();
-        if (l.alive)
-          ImGui::TextColored(ImVec4(0.45f, 0.85f, 0.5f, 1), "alive");
+        if (l.cpu >= 0)
+          ImGui::TextColored(ImVec4(0.45f, 0.7f, 0.95f, 1), "CPU %d", l.cpu);
+        else if (l.kind == FWT_LAB_CPU)
+          ImGui::TextDisabled("a slow path");  // out of its slot for a moment
+        else if (l.alive)
+          ImGui::TextColored(ImVec4(0.45f, 0.85f, 0.5f, 1), "thread");
         else
           ImGui::TextDisabled(l.kind == FWT_LAB_IDLE ? "idle" : "gone");
         ImGui::TableNextColumn();

@@ -105,7 +105,8 @@ Figures derive(const Snapshot& s) {
     LabFigures& x = f.labs[i];
     x.id = l.id;
     x.kind = l.kind;
-    x.alive = l.kind == FWT_LAB_THREAD;
+    x.alive = l.kind == FWT_LAB_THREAD || l.kind == FWT_LAB_CPU;
+    x.cpu = l.kind == FWT_LAB_CPU && l.cpu_slot > 0 ? int32_t(l.cpu_slot - 1) : -1;
     x.pending = l.pending;
     x.allocs = l.allocs;
     x.frees = l.frees;

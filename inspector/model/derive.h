@@ -24,7 +24,8 @@ struct ClassFigures {
 
 struct LabFigures {
   uint32_t id = 0, kind = 0;
-  bool alive = false;                    // bound to a running thread
+  bool alive = false;                    // bound to a running thread, or a CPU cache
+  int32_t cpu = -1;                      // per-CPU mode: the CPU whose slot holds it (-1: none now)
   uint32_t hot_spans = 0;
   uint64_t bytes_held = 0;               // committed bytes of its hot spans
   uint64_t free_bytes_held = 0;          // bytes of its hot spans not carved or on their remote lists (upper bound on what it can hand out)

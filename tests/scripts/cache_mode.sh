@@ -1,0 +1,50 @@
+#!/bin/sh
+# cache_mode.sh LIBFREEWAY PROGRAM
+#
+# The cache mode is chosen once per process (core/percpu.h). PROGRAM
+# (tests/programs/cache_mode.c) reports the mode freeway chose and whether
+# glibc registered rseq. Checked here:
+#   default                          per-CPU where rseq is registered, else per-thread
+#   FREEWAY_PERCPU=0                 per-thread, nothing on stderr
+#   FREEWAY_SECURE=1                 per-thread (secure mode keeps per-thread quarantines)
+#   glibc.pthread.rseq=0             per-thread, nothing on stderr
+#   the same with FREEWAY_PERCPU=1   per-thread, and one line on stderr saying why
+# and in every case the heap's invariants hold after the program's work.
+set -u
+lib=$1 prog=$2
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/fw_cache_mode.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+status=0
+
+# run NAME EXPECTED-MODE STDERR-LINES [VAR=VALUE...]
+run() {
+  name=$1 want=$2 lines=$3
+  shift 3
+  env "$@" LD_PRELOAD="$lib" "$prog" > "$tmp/out" 2> "$tmp/err"
+  rc=$?
+  got=$(sed -n 's/^mode: //p' "$tmp/out")
+  heap=$(sed -n 's/^heap: //p' "$tmp/out")
+  n=$(grep -c . "$tmp/err")
+  echo "$name: mode $got, heap $heap, $n line(s) on stderr (exit $rc)"
+  if [ $rc -ne 0 ] || [ "$got" != "$want" ] || [ "$heap" != ok ] || [ "$n" -ne "$lines" ]; then
+    echo "FAIL: $name: expected mode $want and $lines line(s) on stderr"
+    cat "$tmp/err"
+    status=1
+  fi
+}
+
+registered=$(LD_PRELOAD= "$prog" | sed -n 's/^rseq: //p')
+echo "glibc's rseq here: $registered"
+if [ "$registered" = registered ]; then
+  run default per-cpu 0
+else
+  run default per-thread 0
+fi
+run percpu=0 per-thread 0 FREEWAY_PERCPU=0
+run secure per-thread 0 FREEWAY_SECURE=1
+run no-rseq per-thread 0 GLIBC_TUNABLES=glibc.pthread.rseq=0
+run no-rseq+percpu=1 per-thread 1 GLIBC_TUNABLES=glibc.pthread.rseq=0 FREEWAY_PERCPU=1
+if grep -q "per-CPU caches need rseq" "$tmp/err"; then :; else
+  echo "FAIL: the warning does not say why"; status=1
+fi
+exit $status
