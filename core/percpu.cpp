@@ -120,6 +120,24 @@ void percpu_free_slow(void* p, Span* d, bool checked) {
   if (lab != nullptr) percpu_put(lab);
 }
 
+void percpu_collect() {
+  if (!percpu_on()) return;
+  os::Affinity saved;
+  if (!os::affinity_get(&saved)) return;
+  for (uint32_t k = 0; k < g_percpu.ncpu; k++) {
+    if (!saved.has(k) || !os::affinity_set_one(k)) continue;
+    // Now on CPU k (sched_setaffinity moves the caller before it returns),
+    // unless the kernel moved it since: then this flushes another CPU's LAB,
+    // which is as correct, and CPU k's stays as it is.
+    Lab* lab = static_cast<Lab*>(os::rseq_take(g_percpu.rseq_off, reinterpret_cast<void**>(g_percpu.slots),
+                                               g_percpu.ncpu));
+    if (lab == nullptr) continue;
+    lab_flush(lab);
+    percpu_put(lab);
+  }
+  os::affinity_set(saved);
+}
+
 void percpu_count_unplaced(size_t idx) { g_unplaced[idx].fetch_add(1, std::memory_order_relaxed); }
 
 uint64_t percpu_count(size_t idx) {

@@ -71,6 +71,13 @@ FW_NOINLINE void percpu_free_slow(void* p, struct Span* d, bool checked);
 // A fast-path count that no CPU row took (the thread's CPU is out of range).
 FW_NOINLINE void percpu_count_unplaced(size_t idx);
 
+// fw_collect in per-CPU mode: the calling thread visits each CPU it may run
+// on and releases that CPU's LAB's hot spans and pending chains (the LAB stays
+// in its slot, empty), so that empty spans can go back to the OS. The thread's
+// affinity is restored afterwards. A CPU whose slot is empty at the visit (a
+// slow path has its LAB) is skipped.
+void percpu_collect();
+
 // Sum over CPU rows (and unplaced counts) of allocs (idx c) or frees (kClassCount + c).
 uint64_t percpu_count(size_t idx);
 // The LAB in CPU k's slot now (a racy figure for telemetry), nullptr if none.

@@ -62,6 +62,17 @@ unsigned cpu_id();
 bool rseq_offset(ptrdiff_t* offset);
 // How many CPUs the OS may ever report (possible, not online: the bound of cpu_id()).
 size_t cpu_count_possible();
+// The calling thread's CPU affinity (fw_collect visits each CPU's cache in
+// per-CPU mode: core/percpu.cpp). Up to 1024 CPUs. Linux: sched_getaffinity and
+// sched_setaffinity; elsewhere they fail (false). Not for malloc/free paths.
+struct Affinity {
+  uint64_t words[16];
+  bool has(unsigned k) const { return k < 1024 && (words[k / 64] >> (k % 64)) & 1; }
+};
+bool affinity_get(Affinity* a);
+bool affinity_set(const Affinity& a);
+// Moves the calling thread onto CPU k alone; false if it may not run there.
+bool affinity_set_one(unsigned k);
 // 64 random bits from the OS (getrandom), or from time and addresses if that fails.
 uint64_t random_u64();
 // Monotonic time in nanoseconds.

@@ -205,6 +205,43 @@ bool rseq_offset(ptrdiff_t* offset) {
 #endif
 }
 
+bool affinity_get(Affinity* a) {
+#if defined(__linux__)
+  static_assert(sizeof(cpu_set_t) == sizeof(Affinity::words), "cpu_set_t is 1024 bits");
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return false;
+  __builtin_memcpy(a->words, &set, sizeof set);
+  return true;
+#else
+  (void)a;
+  return false;
+#endif
+}
+
+bool affinity_set(const Affinity& a) {
+#if defined(__linux__)
+  cpu_set_t set;
+  __builtin_memcpy(&set, a.words, sizeof set);
+  return sched_setaffinity(0, sizeof set, &set) == 0;
+#else
+  (void)a;
+  return false;
+#endif
+}
+
+bool affinity_set_one(unsigned k) {
+#if defined(__linux__)
+  if (k >= CPU_SETSIZE) return false;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(k, &set);
+  return sched_setaffinity(0, sizeof set, &set) == 0;
+#else
+  (void)k;
+  return false;
+#endif
+}
+
 size_t cpu_count_possible() {
   long n = sysconf(_SC_NPROCESSORS_CONF);
   size_t online = cpu_count();

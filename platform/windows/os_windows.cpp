@@ -138,6 +138,10 @@ unsigned cpu_id() { return unsigned(GetCurrentProcessorNumber()); }
 // Windows has no restartable sequences: freeway keeps per-thread caches there.
 bool rseq_offset(ptrdiff_t*) { return false; }
 size_t cpu_count_possible() { return cpu_count(); }
+// Only per-CPU mode (Linux) uses these.
+bool affinity_get(Affinity*) { return false; }
+bool affinity_set(const Affinity&) { return false; }
+bool affinity_set_one(unsigned) { return false; }
 
 // BCryptGenRandom, found at first use: freeway.dll then depends on kernel32
 // alone at load (bcrypt.dll is a system DLL, loaded from System32 only).
