@@ -28,16 +28,16 @@ FW_NOINLINE void* malloc_medium_or_large(size_t n);
 FW_COLD void alloc_out_of_memory(size_t n);
 
 // Per-CPU mode (percpu.h): a pop from the current CPU's LAB in one restartable
-// section, then the count in a second one.
+// section, then the count (percpu_count_at).
 FW_INLINE void* alloc_class_percpu(unsigned c, size_t n) {
+  uint32_t cpu;
   void* p = os::rseq_pop(g_percpu.rseq_off, reinterpret_cast<void* const*>(g_percpu.slots), g_percpu.ncpu, c,
-                         g_list_key.load(std::memory_order_relaxed));
+                         g_list_key.load(std::memory_order_relaxed), &cpu);
   if (FW_UNLIKELY(p == nullptr)) return percpu_malloc_slow(c, n);
 #if FREEWAY_HARDENING
   clear_canary(p);
 #endif
-  if (FW_UNLIKELY(!os::rseq_count<kCpuCountStride>(g_percpu.rseq_off, g_percpu.counts, g_percpu.ncpu, c)))
-    percpu_count_unplaced(c);
+  percpu_count_at(cpu, c);
   return p;
 }
 

@@ -15,6 +15,7 @@
 // free_slow, which is never inlined.
 #pragma once
 #include <atomic>
+#include <cstddef>
 
 #include "core/arena.h"
 #include "core/config.h"
@@ -84,30 +85,43 @@ FW_INLINE bool free_fast_checks(void* p, const Span* d, unsigned c, size_t n, bo
   return true;
 }
 
-// Per-CPU mode (percpu.h): a block of a span that the current CPU's LAB owns
-// goes onto its list in one restartable section, which checks the owner
-// itself (a span's owner changes only under the LAB's holder, and the LAB has
-// no holder while it is in a slot); the count follows in a second section.
-// Every other block goes to percpu_free_slow.
+// Per-CPU mode (percpu.h), in restartable sections on the current CPU's LAB
+// (platform/rseq.h), each checking inside the section what it relies on:
+//  - a block of a span that LAB owns goes onto its list (rseq_push_owned: a
+//    span's owner changes only under the LAB's holder, and a LAB in a slot has
+//    no holder);
+//  - a block of a span with a pending chain in that LAB that has room goes onto
+//    the chain (rseq_push_counted: the chain's span and room, then one store);
+// then the count (percpu_count_at). The checks (hardening, size) come
+// first, once the span is known to hold small blocks: owned (HOT), or FULL or
+// PARTIAL by its anchor. Every other block goes to percpu_free_slow.
 template <bool kSized>
 FW_INLINE void free_block_percpu(void* p, size_t n, bool aligned) {
   Span* slice = region_slice_of(p);
   if (FW_UNLIKELY(slice == nullptr)) return percpu_free_slow(p, nullptr, false);
   Span* d = span_in_slice(slice, p);
-  // Owned by some LAB: HOT, so its class is a small one.
-  if (FW_UNLIKELY(d->owner.load(std::memory_order_relaxed) == nullptr)) {
-    if constexpr (kSized) return free_slow_sized_percpu(p, d, n, aligned);
-    return percpu_free_slow(p, d, false);
+  const bool owned = d->owner.load(std::memory_order_relaxed) != nullptr;
+  if (!owned) {
+    uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_relaxed)).state;
+    if (FW_UNLIKELY(state != kFull && state != kPartial)) {  // large, free, or a bad pointer
+      if constexpr (kSized) return free_slow_sized_percpu(p, d, n, aligned);
+      return percpu_free_slow(p, d, false);
+    }
   }
   unsigned c = d->cls.load(std::memory_order_relaxed);
   if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, c, n, aligned))) return percpu_free_slow(p, d, false);
-  if (FW_UNLIKELY(!os::rseq_push_owned(g_percpu.rseq_off, reinterpret_cast<void* const*>(g_percpu.slots),
-                                       g_percpu.ncpu, c, g_list_key.load(std::memory_order_relaxed), p,
-                                       reinterpret_cast<void* const*>(&d->owner))))
+  void* const* slots = reinterpret_cast<void* const*>(g_percpu.slots);
+  const uintptr_t key = g_list_key.load(std::memory_order_relaxed);
+  uint32_t cpu;
+  if (owned && os::rseq_push_owned(g_percpu.rseq_off, slots, g_percpu.ncpu, c, key, p,
+                                   reinterpret_cast<void* const*>(&d->owner), &cpu)) {
+  } else if (os::rseq_push_counted(g_percpu.rseq_off, slots, g_percpu.ncpu,
+                                   offsetof(Lab, pending) + pending_slot(d) * sizeof(PendingChain), d, key, p,
+                                   &cpu)) {
+  } else {
     return percpu_free_slow(p, d, true);
-  if (FW_UNLIKELY(!os::rseq_count<kCpuCountStride>(g_percpu.rseq_off, g_percpu.counts, g_percpu.ncpu,
-                                                   kClassCount + c)))
-    percpu_count_unplaced(kClassCount + c);
+  }
+  percpu_count_at(cpu, kClassCount + c);
 }
 
 template <bool kSized>
@@ -129,15 +143,14 @@ FW_INLINE void free_block_impl(void* p, size_t n, bool aligned) {
   } else {
     // A span with a pending chain in this LAB that has room: onto the chain.
     PendingChain* ch = &lab->pending[pending_slot(d)];
-    if (FW_UNLIKELY(d != ch->span || ch->room == 0)) {
+    if (FW_UNLIKELY(d != ch->span || chain_room(ch->top) == 0)) {
       if constexpr (kSized) return free_slow_sized(lab, p, d, n, aligned);
       return free_slow(lab, p, d);
     }
     c = d->cls.load(std::memory_order_relaxed);
     if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, c, n, aligned))) return free_slow(lab, p, d);
-    block_link(p, ch->head);
-    ch->head = p;
-    ch->room--;
+    block_link(p, chain_head(ch->top));
+    ch->top = chain_top(p, chain_room(ch->top) - 1);
   }
   lab_count(lab->frees[c]);
   std::atomic_signal_fence(std::memory_order_seq_cst);

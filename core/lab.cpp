@@ -129,9 +129,29 @@ Lab* lab_take_cpu() {
   return lab;
 }
 
-void lab_retire(Lab* lab) {
-  lab_flush(lab);
+void lab_park(Lab* lab) {
+  lab_flush_pending(lab);
   lab_put(lab);
+}
+
+void lab_flush_idle() {
+  // Pops the idle LABs one by one, flushes each and chains it through its
+  // idle link (unused while popped), then puts them all back: a LAB is
+  // flushed by its holder only, and popping makes this call the holder.
+  uint32_t held = kNoIndex;
+  for (unsigned n = 0; n < kMaxLabs; n++) {
+    uint32_t id = g_idle.pop();
+    if (id == kNoIndex) break;
+    Lab* lab = g_lab_table[id].load(std::memory_order_relaxed);
+    lab_flush(lab);
+    lab->idle_next.store(held, std::memory_order_relaxed);
+    held = id;
+  }
+  while (held != kNoIndex) {
+    Lab* lab = g_lab_table[held].load(std::memory_order_relaxed);
+    held = lab->idle_next.load(std::memory_order_relaxed);
+    lab_put(lab);
+  }
 }
 
 void lab_put_transient(Lab* lab) {
@@ -145,7 +165,7 @@ void chain_flush(Lab* lab, unsigned i) {
   PendingChain& ch = lab->pending[i];
   if (ch.span == nullptr) return;
   lab->pending_of_class[ch.span->cls.load(std::memory_order_relaxed)] &= ~(uint64_t(1) << i);
-  span_free_list(ch.span, ch.head, ch.tail, pending_count(ch));
+  span_free_list(ch.span, chain_head(ch.top), ch.tail, pending_count(ch));
   ch = PendingChain{};
 }
 
@@ -170,7 +190,7 @@ uint32_t lab_pending_count(const Lab* lab) {
     const Span* s = __atomic_load_n(&ch.span, __ATOMIC_RELAXED);
     if (s == nullptr) continue;
     uint32_t limit = pending_limit(s->block_size.load(std::memory_order_relaxed));
-    uint32_t room = __atomic_load_n(&ch.room, __ATOMIC_RELAXED);
+    uint32_t room = chain_room(__atomic_load_n(&ch.top, __ATOMIC_RELAXED));
     n += room < limit ? limit - room : 0;
   }
   return n;
@@ -179,14 +199,13 @@ uint32_t lab_pending_count(const Lab* lab) {
 void lab_defer_free(Lab* lab, Span* s, void* p) {
   unsigned i = pending_slot(s);
   PendingChain& ch = lab->pending[i];
-  if (ch.span != s || ch.room == 0) {
+  if (ch.span != s || chain_room(ch.top) == 0) {
     chain_flush(lab, i);
-    ch = PendingChain{s, nullptr, p, pending_limit(s->block_size.load(std::memory_order_relaxed))};
+    ch = PendingChain{s, chain_top(nullptr, pending_limit(s->block_size.load(std::memory_order_relaxed))), p};
     lab->pending_of_class[s->cls.load(std::memory_order_relaxed)] |= uint64_t(1) << i;
   }
-  block_link(p, ch.head);
-  ch.head = p;
-  ch.room--;
+  block_link(p, chain_head(ch.top));
+  ch.top = chain_top(p, chain_room(ch.top) - 1);
 }
 
 void lab_flush(Lab* lab) {
@@ -267,7 +286,7 @@ bool lab_is_valid(const Lab* lab) {
   for (unsigned i = 0; i < kPendingChains; i++) {
     const PendingChain& ch = lab->pending[i];
     uint32_t n = 0, count = pending_count(ch);
-    for (void* b = ch.head; b != nullptr && n <= count; b = block_next(b)) n++;
+    for (void* b = chain_head(ch.top); b != nullptr && n <= count; b = block_next(b)) n++;
     if (n != count || (ch.span == nullptr) != (n == 0))
       ok = report_invariant("lab: pending chain does not match its count", n);
     if (ch.span == nullptr) continue;

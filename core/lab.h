@@ -56,19 +56,33 @@ constexpr unsigned kLabQuarantine = 256;  // secure mode: freed blocks a thread 
 // that class, and when the LAB is flushed. A LAB has kPendingChains of them, one slot per
 // span descriptor (pending_slot), so a thread freeing its older blocks of many
 // spans in random order (Larson's server, shbench) still batches its frees.
+//
+// The chain's head and its room share one word, `top` (head address in bits
+// 0..47, room above), so that a push is one store: per-CPU mode's fast path
+// (platform/rseq.h, rseq_push_counted) commits it in a single instruction.
 struct PendingChain {
-  Span* span;  // nullptr: the slot is empty
-  void* head;
+  Span* span;    // nullptr: the slot is empty; first: rseq_push_counted compares it
+  uint64_t top;  // head | room << kChainRoomShift; room: frees the chain still takes,
+                 // at 0 the next one gives it to its span
   void* tail;
-  uint32_t room;  // frees the chain still takes; at 0 the next one gives it to its span
 };
+constexpr unsigned kChainRoomShift = 48;  // user addresses fit in 48 bits (config.h kAddressBits)
+static_assert(kAddressBits <= kChainRoomShift, "a chain's head fits below its room");
+FW_INLINE void* chain_head(uint64_t top) {
+  return reinterpret_cast<void*>(top & ((uint64_t(1) << kChainRoomShift) - 1));
+}
+FW_INLINE uint32_t chain_room(uint64_t top) { return uint32_t(top >> kChainRoomShift); }
+FW_INLINE uint64_t chain_top(const void* head, uint32_t room) {
+  return reinterpret_cast<uintptr_t>(head) | (uint64_t(room) << kChainRoomShift);
+}
 constexpr unsigned kPendingChains = 64;  // pending_of_class is a 64-bit mask
 constexpr uint32_t kPendingBytes = 16 * 1024;
 // Blocks a chain of blocks of bsize bytes holds at most (at least 1).
 FW_INLINE uint32_t pending_limit(uint32_t bsize) { return bsize >= kPendingBytes ? 1 : kPendingBytes / bsize; }
 // Blocks chain ch holds.
 FW_INLINE uint32_t pending_count(const PendingChain& ch) {
-  return ch.span == nullptr ? 0 : pending_limit(ch.span->block_size.load(std::memory_order_relaxed)) - ch.room;
+  return ch.span == nullptr ? 0
+                            : pending_limit(ch.span->block_size.load(std::memory_order_relaxed)) - chain_room(ch.top);
 }
 
 struct Lab {
@@ -131,9 +145,12 @@ Lab* lab_bind_thread();
 Lab* lab_take_transient();
 void lab_put_transient(Lab* lab);
 // Per-CPU mode (percpu.h): a LAB from the idle stack (or a new one) for a CPU
-// slot; nullptr if no memory. lab_retire flushes a LAB and makes it idle.
+// slot; nullptr if no memory. lab_park gives its pending chains to their spans
+// and makes it idle with its hot spans, for the next lab_take_cpu.
+// lab_flush_idle releases the hot spans of every idle LAB (fw_collect).
 Lab* lab_take_cpu();
-void lab_retire(Lab* lab);
+void lab_park(Lab* lab);
+void lab_flush_idle();
 // Releases every hot span of lab and gives its pending frees to their span
 // (its holder calls this).
 void lab_flush(Lab* lab);

@@ -21,7 +21,6 @@ constexpr uint32_t kMaxCpus = 4096;
 
 enum : int { kUndecided = 0, kDeciding = 1, kDecided = 2 };
 constinit std::atomic<int> g_decision{kUndecided};
-constinit std::atomic<uint64_t> g_unplaced[kCpuCountStride]{};
 
 // The CPU's slot array and counter rows; false if there is no memory for them.
 bool make_tables(ptrdiff_t off) {
@@ -75,10 +74,12 @@ Lab* percpu_take() {
 }
 
 // Gives lab back: into the slot of the CPU the thread runs on now if that slot
-// is empty, else (flushed) to the idle stack.
+// is empty, else to the idle stack with its hot spans (the next slow path that
+// finds a slot empty takes it: it stays warm). Idle LABs are at most the
+// number of slow paths that ever ran at once beyond one per CPU.
 void percpu_put(Lab* lab) {
   if (os::rseq_put(g_percpu.rseq_off, reinterpret_cast<void**>(g_percpu.slots), g_percpu.ncpu, lab)) return;
-  lab_retire(lab);
+  lab_park(lab);
 }
 
 }  // namespace
@@ -136,12 +137,11 @@ void percpu_collect() {
     percpu_put(lab);
   }
   os::affinity_set(saved);
+  lab_flush_idle();
 }
 
-void percpu_count_unplaced(size_t idx) { g_unplaced[idx].fetch_add(1, std::memory_order_relaxed); }
-
 uint64_t percpu_count(size_t idx) {
-  uint64_t n = g_unplaced[idx].load(std::memory_order_relaxed);
+  uint64_t n = 0;
   if (!percpu_on()) return n;
   // Each row is written by sections on its CPU only; a relaxed read of an
   // aligned word sees a value it had (a figure, like the LABs' counters).

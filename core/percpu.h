@@ -21,8 +21,9 @@
 //     by sections running on CPU k (the fast paths and take), never by a holder;
 //   - a LAB out of every slot has at most one holder (the thread whose take or
 //     lab_take handed it out), which alone touches its lists;
-//   - the fast paths' counts go to the per-CPU rows below (each changed only by
-//     a section on its CPU), the slow paths' to the holder's LAB; stats add both.
+//   - the fast paths' counts go to the per-CPU rows below (atomic adds, to the
+//     row of the CPU the operation ran on), the slow paths' to the holder's
+//     LAB; stats add both.
 // Nothing is bound to a thread: thread exit releases nothing, a thread that
 // migrates just uses another CPU's LAB, and a thread frozen or killed inside a
 // section has been moved out of it by the kernel. Only a thread stopped for
@@ -68,8 +69,14 @@ const char* percpu_mode_name();
 FW_NOINLINE void* percpu_malloc_slow(unsigned c, size_t n);
 // checked: p was checked and its free canary set already.
 FW_NOINLINE void percpu_free_slow(void* p, struct Span* d, bool checked);
-// A fast-path count that no CPU row took (the thread's CPU is out of range).
-FW_NOINLINE void percpu_count_unplaced(size_t idx);
+// Counts a fast-path operation (idx: allocs of class c at c, frees at
+// kClassCount + c) in the row of `cpu`, the CPU its section ran on. An atomic
+// add: the thread may have moved since, and another thread on that CPU may be
+// counting too; the line is that CPU's own, so the add seldom leaves its cache.
+// Stats sum every row, so which row takes a count does not matter.
+FW_INLINE void percpu_count_at(uint32_t cpu, size_t idx) {
+  __atomic_fetch_add(&g_percpu.counts[size_t(cpu) * kCpuCountStride + idx], 1, __ATOMIC_RELAXED);
+}
 
 // fw_collect in per-CPU mode: the calling thread visits each CPU it may run
 // on and releases that CPU's LAB's hot spans and pending chains (the LAB stays
@@ -78,7 +85,7 @@ FW_NOINLINE void percpu_count_unplaced(size_t idx);
 // slow path has its LAB) is skipped.
 void percpu_collect();
 
-// Sum over CPU rows (and unplaced counts) of allocs (idx c) or frees (kClassCount + c).
+// Sum over CPU rows of allocs (idx c) or frees (kClassCount + c).
 uint64_t percpu_count(size_t idx);
 // The LAB in CPU k's slot now (a racy figure for telemetry), nullptr if none.
 Lab* percpu_slot(uint32_t k);

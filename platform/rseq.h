@@ -63,19 +63,23 @@ namespace fw::os {
   "jmp %l[abort]\n\t"                                        \
   ".popsection\n\t"
 
+// The operations that succeed also give the CPU they ran on (*cpu): the
+// caller may count the operation there (with an atomic add: the thread may
+// have moved since).
+
 // slots[cpu] is a pointer to an array of list heads (or null). Pops the first
 // node of list `idx` of the current CPU's array; each node's first word is the
 // next node's address XOR key. nullptr if the CPU is out of range, its slot is
 // empty or the list is empty.
 __attribute__((always_inline)) inline void* rseq_pop(ptrdiff_t off, void* const* slots, uint32_t ncpu,
-                                                     size_t idx, uintptr_t key) {
-  uintptr_t node, base, next;
+                                                     size_t idx, uintptr_t key, uint32_t* cpu) {
+  uintptr_t node, base, next, k;
 retry:
   asm volatile goto(FW_RSEQ_START("%[node]")
-           "movl %%fs:4(%[off]), %k[base]\n\t"      // cpu_id
-           "cmpl %[ncpu], %k[base]\n\t"
+           "movl %%fs:4(%[off]), %k[k]\n\t"         // cpu_id
+           "cmpl %[ncpu], %k[k]\n\t"
            "jae %l[none]\n\t"
-           "movq (%[slots], %[base], 8), %[base]\n\t"  // this CPU's array
+           "movq (%[slots], %[k], 8), %[base]\n\t"  // this CPU's array
            "testq %[base], %[base]\n\t"
            "jz %l[none]\n\t"
            "movq (%[base], %[idx], 8), %[node]\n\t"    // the list's head
@@ -85,10 +89,11 @@ retry:
            "xorq %[key], %[next]\n\t"
            "movq %[next], (%[base], %[idx], 8)\n\t"    // commit: the head is the next node
            FW_RSEQ_END
-           : [node] "=&r"(node), [base] "=&r"(base), [next] "=&r"(next)
+           : [node] "=&r"(node), [base] "=&r"(base), [next] "=&r"(next), [k] "=&r"(k)
            : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [idx] "r"(idx), [key] "r"(key)
            : "memory", "cc"
            : none, abort);
+  *cpu = uint32_t(k);
   return reinterpret_cast<void*>(node);
 none:
   return nullptr;
@@ -102,14 +107,14 @@ abort:
 // CPU is out of range, its slot is empty or holds another array.
 __attribute__((always_inline)) inline bool rseq_push_owned(ptrdiff_t off, void* const* slots, uint32_t ncpu,
                                                            size_t idx, uintptr_t key, void* node,
-                                                           void* const* owner) {
-  uintptr_t base, head;
+                                                           void* const* owner, uint32_t* cpu) {
+  uintptr_t base, head, k;
 retry:
   asm volatile goto(FW_RSEQ_START("%[head]")
-           "movl %%fs:4(%[off]), %k[base]\n\t"
-           "cmpl %[ncpu], %k[base]\n\t"
+           "movl %%fs:4(%[off]), %k[k]\n\t"
+           "cmpl %[ncpu], %k[k]\n\t"
            "jae %l[no]\n\t"
-           "movq (%[slots], %[base], 8), %[base]\n\t"
+           "movq (%[slots], %[k], 8), %[base]\n\t"
            "testq %[base], %[base]\n\t"
            "jz %l[no]\n\t"
            "cmpq %[base], (%[owner])\n\t"
@@ -119,11 +124,12 @@ retry:
            "movq %[head], (%[node])\n\t"               // node's link (node is the caller's alone)
            "movq %[node], (%[base], %[idx], 8)\n\t"    // commit: node is the head
            FW_RSEQ_END
-           : [base] "=&r"(base), [head] "=&r"(head)
+           : [base] "=&r"(base), [head] "=&r"(head), [k] "=&r"(k)
            : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [idx] "r"(idx), [key] "r"(key),
              [node] "r"(node), [owner] "r"(owner)
            : "memory", "cc"
            : no, abort);
+  *cpu = uint32_t(k);
   return true;
 no:
   return false;
@@ -131,24 +137,44 @@ abort:
   goto retry;
 }
 
-// Adds 1 to counters[cpu * kStride + idx] (kStride in 8-byte words) for the
-// current CPU; the add itself commits. false if the CPU is out of range.
-template <size_t kStride>
-__attribute__((always_inline)) inline bool rseq_count(ptrdiff_t off, uint64_t* counters, uint32_t ncpu, size_t idx) {
-  uintptr_t cpu;
-  uint64_t* at = counters + idx;
+// A counted list at byte offset `at` of the current CPU's array: a tag word,
+// then `top` = head address (bits 0..47) | room << 48. If the tag is `tag` and
+// room is not 0, links `node` in front (its first word: the old head XOR key)
+// and stores top = node | (room - 1) << 48, the commit. false, with nothing
+// changed, otherwise (CPU out of range, slot empty, another tag, no room).
+__attribute__((always_inline)) inline bool rseq_push_counted(ptrdiff_t off, void* const* slots, uint32_t ncpu,
+                                                             size_t at, const void* tag, uintptr_t key,
+                                                             void* node, uint32_t* cpu) {
+  uintptr_t base, top, head, k;
 retry:
-  asm volatile goto(FW_RSEQ_START("%[cpu]")
-           "movl %%fs:4(%[off]), %k[cpu]\n\t"
-           "cmpl %[ncpu], %k[cpu]\n\t"
+  asm volatile goto(FW_RSEQ_START("%[top]")
+           "movl %%fs:4(%[off]), %k[k]\n\t"
+           "cmpl %[ncpu], %k[k]\n\t"
            "jae %l[no]\n\t"
-           "imulq %[stride], %[cpu], %[cpu]\n\t"
-           "addq $1, (%[at], %[cpu])\n\t"               // commit
+           "movq (%[slots], %[k], 8), %[base]\n\t"
+           "testq %[base], %[base]\n\t"
+           "jz %l[no]\n\t"
+           "cmpq %[tag], (%[base], %[at])\n\t"
+           "jne %l[no]\n\t"
+           "movq 8(%[base], %[at]), %[top]\n\t"
+           "movq %[top], %[head]\n\t"
+           "shrq $48, %[top]\n\t"                       // room
+           "jz %l[no]\n\t"
+           "subq $1, %[top]\n\t"
+           "shlq $48, %[top]\n\t"
+           "orq %[node], %[top]\n\t"                    // the new top
+           "shlq $16, %[head]\n\t"
+           "shrq $16, %[head]\n\t"                      // the old head
+           "xorq %[key], %[head]\n\t"
+           "movq %[head], (%[node])\n\t"               // node's link (node is the caller's alone)
+           "movq %[top], 8(%[base], %[at])\n\t"         // commit
            FW_RSEQ_END
-           : [cpu] "=&r"(cpu)
-           : [off] "r"(off), [ncpu] "r"(ncpu), [at] "r"(at), [stride] "i"(kStride * 8)
+           : [base] "=&r"(base), [top] "=&r"(top), [head] "=&r"(head), [k] "=&r"(k)
+           : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [at] "r"(at), [tag] "r"(tag), [key] "r"(key),
+             [node] "r"(node)
            : "memory", "cc"
            : no, abort);
+  *cpu = uint32_t(k);
   return true;
 no:
   return false;
@@ -210,10 +236,13 @@ abort:
 
 #else
 #define FW_HAS_RSEQ 0
-inline void* rseq_pop(ptrdiff_t, void* const*, uint32_t, size_t, uintptr_t) { return nullptr; }
-inline bool rseq_push_owned(ptrdiff_t, void* const*, uint32_t, size_t, uintptr_t, void*, void* const*) { return false; }
-template <size_t kStride>
-inline bool rseq_count(ptrdiff_t, uint64_t*, uint32_t, size_t) { return false; }
+inline void* rseq_pop(ptrdiff_t, void* const*, uint32_t, size_t, uintptr_t, uint32_t*) { return nullptr; }
+inline bool rseq_push_owned(ptrdiff_t, void* const*, uint32_t, size_t, uintptr_t, void*, void* const*, uint32_t*) {
+  return false;
+}
+inline bool rseq_push_counted(ptrdiff_t, void* const*, uint32_t, size_t, const void*, uintptr_t, void*, uint32_t*) {
+  return false;
+}
 inline void* rseq_take(ptrdiff_t, void**, uint32_t) { return nullptr; }
 inline bool rseq_put(ptrdiff_t, void**, uint32_t, void*) { return false; }
 #endif
