@@ -7,5 +7,8 @@ foreach(t test_stress test_large test_stats test_lifecycle test_api test_cxx_new
   if(TARGET ${t})
     add_test(NAME per_thread.${t} COMMAND ${t})
     set_tests_properties(per_thread.${t} PROPERTIES TIMEOUT 300 ENVIRONMENT FREEWAY_PERCPU=0)
+    if(t STREQUAL "test_churn")
+      set_tests_properties(per_thread.${t} PROPERTIES RESOURCE_LOCK rss_figures)  # reliability.cmake
+    endif()
   endif()
 endforeach()

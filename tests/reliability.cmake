@@ -12,11 +12,18 @@ set(FW_RELIABILITY_TIMEOUT 240)
 # make test-sanitize skips), with a tighter timeout. (doctest_discover_tests
 # appends a LABELS of its own to the properties, so a second label cannot be
 # given here.)
+# test_churn measures RSS against live bytes while its threads run: its cases
+# hold the resource lock "rss_figures" so that they never share the 2 cores
+# with each other (the per-thread pass runs the same binary, tests/modes.cmake).
 function(fw_reliability_test name)
   add_executable(${name} ${name}.cpp $<TARGET_OBJECTS:fw_test_main>)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
   target_link_libraries(${name} PRIVATE freeway doctest::doctest Threads::Threads ${CMAKE_DL_LIBS})
-  doctest_discover_tests(${name} PROPERTIES TIMEOUT ${FW_RELIABILITY_TIMEOUT} LABELS override)
+  if(name STREQUAL "test_churn")
+    doctest_discover_tests(${name} PROPERTIES TIMEOUT ${FW_RELIABILITY_TIMEOUT} RESOURCE_LOCK rss_figures LABELS override)
+  else()
+    doctest_discover_tests(${name} PROPERTIES TIMEOUT ${FW_RELIABILITY_TIMEOUT} LABELS override)
+  endif()
 endfunction()
 
 foreach(t test_signal_safety test_kill_tolerance test_fork test_oom test_churn test_misuse)

@@ -160,6 +160,7 @@ TEST_CASE("bad magic is refused") {
 TEST_CASE("another major version is refused, naming both versions") {
   auto b = small_heap().build();
   header_of(b)->version_major = 2;
+  header_of(b)->version_minor = 0;
   CHECK(take_error(b) == "segment: telemetry format 2.0, this inspector reads 1.x");
 }
 
@@ -451,6 +452,7 @@ TEST_CASE("attach explains why it cannot") {
   REQUIRE(fwi::process_start_ticks(me, &sb.start_ticks));
   auto b = sb.build();
   header_of(b)->version_major = 2;
+  header_of(b)->version_minor = 0;
   write_file(dir.path + "/freeway." + std::to_string(me), b);
   CHECK_FALSE(fwi::Segment::attach(me, &err, dir.path));
   CHECK(err == "process " + std::to_string(me) + ": telemetry format 2.0, this inspector reads 1.x");
@@ -846,6 +848,7 @@ TEST_CASE("truncated and corrupted recordings give one-line errors") {
 
   b = good;
   b[6] = 2;  // telemetry major 2 (bytes: "FWREC", format version, major, minor)
+  b[7] = 0;
   CHECK(read_all(b, &frames).find("telemetry format 2.0") != std::string::npos);
 
   b = good;
