@@ -44,6 +44,13 @@ FW_COLD void say(const char* what) {
 
 void decide() {
   int64_t want = option(Option::percpu);  // 0 off, 1 required, 2 when available
+  if (want < 0 || want > 2) {
+    Line l;
+    l.str("freeway: ignoring FREEWAY_PERCPU=").dec(uint64_t(want < 0 ? -want : want))
+        .str(want < 0 ? " (negative)" : "").str(" (0, 1 or 2); using 2\n");
+    l.write(2);
+    want = 2;
+  }
   if (want == 0) return;
   const char* why = nullptr;
   ptrdiff_t off = 0;

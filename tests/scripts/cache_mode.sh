@@ -7,6 +7,7 @@
 #   default                          per-CPU where rseq is registered, else per-thread
 #   FREEWAY_PERCPU=0                 per-thread, nothing on stderr
 #   FREEWAY_SECURE=1                 per-thread (secure mode keeps per-thread quarantines)
+#   FREEWAY_PERCPU=7                 the default, and one line on stderr
 #   glibc.pthread.rseq=0             per-thread, nothing on stderr
 #   the same with FREEWAY_PERCPU=1   per-thread, and one line on stderr saying why
 # and in every case the heap's invariants hold after the program's work.
@@ -42,6 +43,9 @@ else
 fi
 run percpu=0 per-thread 0 FREEWAY_PERCPU=0
 run secure per-thread 0 FREEWAY_SECURE=1
+if [ "$registered" = registered ]; then
+  run percpu=7 per-cpu 1 FREEWAY_PERCPU=7   # not 0, 1 or 2: said, and the default used
+fi
 run no-rseq per-thread 0 GLIBC_TUNABLES=glibc.pthread.rseq=0
 run no-rseq+percpu=1 per-thread 1 GLIBC_TUNABLES=glibc.pthread.rseq=0 FREEWAY_PERCPU=1
 if grep -q "per-CPU caches need rseq" "$tmp/err"; then :; else
