@@ -129,29 +129,9 @@ Lab* lab_take_cpu() {
   return lab;
 }
 
-void lab_park(Lab* lab) {
-  lab_flush_pending(lab);
+void lab_retire(Lab* lab) {
+  lab_flush(lab);
   lab_put(lab);
-}
-
-void lab_flush_idle() {
-  // Pops the idle LABs one by one, flushes each and chains it through its
-  // idle link (unused while popped), then puts them all back: a LAB is
-  // flushed by its holder only, and popping makes this call the holder.
-  uint32_t held = kNoIndex;
-  for (unsigned n = 0; n < kMaxLabs; n++) {
-    uint32_t id = g_idle.pop();
-    if (id == kNoIndex) break;
-    Lab* lab = g_lab_table[id].load(std::memory_order_relaxed);
-    lab_flush(lab);
-    lab->idle_next.store(held, std::memory_order_relaxed);
-    held = id;
-  }
-  while (held != kNoIndex) {
-    Lab* lab = g_lab_table[held].load(std::memory_order_relaxed);
-    held = lab->idle_next.load(std::memory_order_relaxed);
-    lab_put(lab);
-  }
 }
 
 void lab_put_transient(Lab* lab) {

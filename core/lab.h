@@ -145,12 +145,10 @@ Lab* lab_bind_thread();
 Lab* lab_take_transient();
 void lab_put_transient(Lab* lab);
 // Per-CPU mode (percpu.h): a LAB from the idle stack (or a new one) for a CPU
-// slot; nullptr if no memory. lab_park gives its pending chains to their spans
-// and makes it idle with its hot spans, for the next lab_take_cpu.
-// lab_flush_idle releases the hot spans of every idle LAB (fw_collect).
+// slot; nullptr if no memory. lab_retire releases its hot spans and pending
+// chains and makes it idle.
 Lab* lab_take_cpu();
-void lab_park(Lab* lab);
-void lab_flush_idle();
+void lab_retire(Lab* lab);
 // Releases every hot span of lab and gives its pending frees to their span
 // (its holder calls this).
 void lab_flush(Lab* lab);

@@ -81,12 +81,13 @@ Lab* percpu_take() {
 }
 
 // Gives lab back: into the slot of the CPU the thread runs on now if that slot
-// is empty, else to the idle stack with its hot spans (the next slow path that
-// finds a slot empty takes it: it stays warm). Idle LABs are at most the
-// number of slow paths that ever ran at once beyond one per CPU.
+// is empty, else, with its hot spans released, to the idle stack. (Parked with
+// its spans it would stay warm for the next slow path that finds a slot
+// empty, but every preemption inside a slow path would then add a LAB's worth
+// of hot spans for good: memory would follow preemptions, not CPUs.)
 void percpu_put(Lab* lab) {
   if (os::rseq_put(g_percpu.rseq_off, reinterpret_cast<void**>(g_percpu.slots), g_percpu.ncpu, lab)) return;
-  lab_park(lab);
+  lab_retire(lab);
 }
 
 }  // namespace
@@ -144,7 +145,6 @@ void percpu_collect() {
     percpu_put(lab);
   }
   os::affinity_set(saved);
-  lab_flush_idle();
 }
 
 uint64_t percpu_count(size_t idx) {
