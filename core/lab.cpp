@@ -3,6 +3,7 @@
 
 #include "core/arena.h"
 #include "core/options.h"
+#include "core/percpu.h"
 #include "core/report.h"
 #include "core/reusable.h"
 #include "core/secure.h"
@@ -106,7 +107,7 @@ Lab* lab_bind_thread() {
   Lab* lab = lab_take();
   if (lab == nullptr) return nullptr;
   lab->kind.store(kLabThread, std::memory_order_relaxed);
-  g_threads_live.fetch_add(1, std::memory_order_relaxed);
+  percpu_thread_bound(g_threads_live.fetch_add(1, std::memory_order_relaxed) + 1);
   g_threads_created.fetch_add(1, std::memory_order_relaxed);
   telemetry_event(FWT_EV_THREAD_START, lab->id, os::thread_self(), 0);
   // May call malloc (pthread_setspecific past the first keys): that call finds

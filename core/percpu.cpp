@@ -21,6 +21,10 @@ constexpr uint32_t kMaxCpus = 4096;
 
 enum : int { kUndecided = 0, kDeciding = 1, kDecided = 2 };
 constinit std::atomic<int> g_decision{kUndecided};
+// FREEWAY_PERCPU=2 with rseq available: the tables are made and per-CPU mode
+// starts when the threads bound to caches are more than twice the CPUs.
+constinit std::atomic<bool> g_armed{false};
+constinit uint32_t g_cpus_online = 0;
 
 // The CPU's slot array and counter rows; false if there is no memory for them.
 bool make_tables(ptrdiff_t off) {
@@ -68,7 +72,12 @@ void decide() {
     if (want == 1 || option(Option::verbose) > 0) say(why);
     return;
   }
-  g_percpu.on.store(true, std::memory_order_release);
+  if (want == 1) {
+    g_percpu.on.store(true, std::memory_order_release);
+  } else {
+    g_cpus_online = uint32_t(os::cpu_count());
+    g_armed.store(true, std::memory_order_release);
+  }
 }
 
 // The LAB this call works on: the current CPU's (taken out of its slot), or an
@@ -103,6 +112,11 @@ bool percpu_start() {
   // A thread racing the decider does not wait for it: this one call takes
   // the per-thread path, which is correct in either mode.
   return percpu_on();
+}
+
+void percpu_thread_bound(uint64_t threads_live) {
+  if (threads_live > 2 * uint64_t(g_cpus_online) && g_armed.load(std::memory_order_acquire) && !percpu_on())
+    g_percpu.on.store(true, std::memory_order_release);
 }
 
 const char* percpu_mode_name() { return percpu_on() ? "per-CPU" : "per-thread"; }

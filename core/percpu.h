@@ -29,10 +29,18 @@
 // section has been moved out of it by the kernel. Only a thread stopped for
 // good inside a slow path strands something: the one LAB it holds.
 //
-// The mode is chosen once, at the first malloc (percpu_start): per-CPU if
-// FREEWAY_PERCPU allows it, rseq is registered (os::rseq_offset), and secure
-// mode is off (its quarantine is per thread). Otherwise, and on Windows,
-// freeway keeps per-thread LABs; the fast paths test g_percpu.on first.
+// The mode (FREEWAY_PERCPU) is chosen at the first malloc (percpu_start).
+// Per-CPU mode needs rseq registered (os::rseq_offset) and secure mode off
+// (its quarantine is per thread); otherwise, and on Windows, freeway keeps
+// per-thread LABs. 1: per-CPU from the start. 2 (the default): per-thread
+// while the threads bound to LABs are at most twice the CPUs (a main thread
+// and a worker per CPU, say), where the per-thread fast path is the cheaper
+// one (no atomic count) and its caches hold at most twice what per-CPU caches
+// would; per-CPU from the moment there are more (percpu_thread_bound), where
+// per-thread caches would multiply with threads.
+// The switch happens once and is never undone: LABs bound before it stay with
+// their threads and are released at their exit. 0: per-thread. The fast
+// paths test g_percpu.on first.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -62,6 +70,10 @@ FW_INLINE bool percpu_on() { return g_percpu.on.load(std::memory_order_acquire);
 // Decides the mode if no call has yet (arena_init included) and says whether
 // it is per-CPU. false if the arena cannot be made.
 bool percpu_start();
+// A thread was just bound to a LAB, making threads_live of them (per-thread
+// mode): with FREEWAY_PERCPU=2, switches to per-CPU mode when they are more
+// than twice the CPUs.
+void percpu_thread_bound(uint64_t threads_live);
 // The mode's name for reports: "per-CPU" or "per-thread".
 const char* percpu_mode_name();
 

@@ -1,16 +1,22 @@
-# The cache modes (core/percpu.h). The suite above runs in the default mode,
-# per-CPU wherever rseq is registered; these run the whole-allocator test
-# binaries again in per-thread mode (FREEWAY_PERCPU=0), so that both modes
-# pass every one of them. Small binaries are one test each; test_churn's cases
-# run one process each, as above (each measures RSS from a fresh heap).
+# The cache modes (core/percpu.h). The suite above runs in the default mode
+# (FREEWAY_PERCPU=2: per-thread until a process's threads are more than twice
+# the CPUs, then per-CPU); these run the whole-allocator test binaries again
+# in each mode from the start, per-thread (FREEWAY_PERCPU=0) and per-CPU
+# (FREEWAY_PERCPU=1), so that both modes pass every one of them. Small binaries
+# are one test each; test_churn's cases run one process each, as above (each
+# measures RSS from a fresh heap).
 foreach(t test_stress test_large test_stats test_lifecycle test_api test_cxx_new
           test_kill_tolerance test_signal_safety test_fork test_oom test_misuse)
   if(TARGET ${t})
     add_test(NAME per_thread.${t} COMMAND ${t})
     set_tests_properties(per_thread.${t} PROPERTIES TIMEOUT 300 ENVIRONMENT FREEWAY_PERCPU=0)
+    add_test(NAME per_cpu.${t} COMMAND ${t})
+    set_tests_properties(per_cpu.${t} PROPERTIES TIMEOUT 300 ENVIRONMENT FREEWAY_PERCPU=1)
   endif()
 endforeach()
 if(TARGET test_churn)
   doctest_discover_tests(test_churn TEST_PREFIX "per_thread."
     PROPERTIES TIMEOUT ${FW_RELIABILITY_TIMEOUT} ENVIRONMENT FREEWAY_PERCPU=0 RESOURCE_LOCK rss_figures LABELS override)
+  doctest_discover_tests(test_churn TEST_PREFIX "per_cpu."
+    PROPERTIES TIMEOUT ${FW_RELIABILITY_TIMEOUT} ENVIRONMENT FREEWAY_PERCPU=1 RESOURCE_LOCK rss_figures LABELS override)
 endif()

@@ -1,6 +1,6 @@
 /* cache_mode.c: prints which caches freeway chose (core/percpu.h) after a
-   little multithreaded work, and whether the C library registered rseq for
-   this thread. Run preloaded by tests/scripts/cache_mode.sh; freeway's API is
+   little multithreaded work (CACHE_MODE_THREADS threads at once, 8 if unset),
+   and whether the C library registered rseq for this thread. Run preloaded by tests/scripts/cache_mode.sh; freeway's API is
    found with dlsym, so the program runs without freeway too ("mode: none"). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -26,10 +26,13 @@ static void* work(void* arg) {
 }
 
 int main(void) {
-  pthread_t t[8];
-  for (size_t i = 0; i < 8; i++) pthread_create(&t[i], NULL, work, (void*)(i + 1));
+  pthread_t t[64];
+  const char* env = getenv("CACHE_MODE_THREADS");
+  int n = env != NULL ? atoi(env) : 8;
+  if (n < 1 || n > 64) n = 8;
+  for (int i = 0; i < n; i++) pthread_create(&t[i], NULL, work, (void*)(size_t)(i + 1));
   int bad = 0;
-  for (int i = 0; i < 8; i++) {
+  for (int i = 0; i < n; i++) {
     void* r;
     pthread_join(t[i], &r);
     bad |= r != NULL;

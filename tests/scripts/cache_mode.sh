@@ -4,7 +4,10 @@
 # The cache mode is chosen once per process (core/percpu.h). PROGRAM
 # (tests/programs/cache_mode.c) reports the mode freeway chose and whether
 # glibc registered rseq. Checked here:
-#   default                          per-CPU where rseq is registered, else per-thread
+#   default, 32 threads at once      per-CPU where rseq is registered (more threads than
+#                                    twice the CPUs, up to 31 CPUs), else per-thread
+#   default, 1 thread                per-thread (main and one thread: never more than 2 x CPUs)
+#   FREEWAY_PERCPU=1, 1 thread       per-CPU where rseq is registered
 #   FREEWAY_PERCPU=0                 per-thread, nothing on stderr
 #   FREEWAY_SECURE=1                 per-thread (secure mode keeps per-thread quarantines)
 #   FREEWAY_PERCPU=7                 the default, and one line on stderr
@@ -36,15 +39,19 @@ run() {
 
 registered=$(LD_PRELOAD= "$prog" | sed -n 's/^rseq: //p')
 echo "glibc's rseq here: $registered"
-if [ "$registered" = registered ]; then
-  run default per-cpu 0
-else
-  run default per-thread 0
+cpus=$(getconf _NPROCESSORS_ONLN)
+if [ "$registered" = registered ] && [ $((32)) -gt $((2 * cpus)) ]; then
+  run default,32-threads per-cpu 0 CACHE_MODE_THREADS=32
+  run percpu=1,1-thread per-cpu 0 FREEWAY_PERCPU=1 CACHE_MODE_THREADS=1
+elif [ "$registered" != registered ]; then
+  run default,32-threads per-thread 0 CACHE_MODE_THREADS=32
+  run percpu=1,1-thread per-thread 1 FREEWAY_PERCPU=1 CACHE_MODE_THREADS=1
 fi
+run default,1-thread per-thread 0 CACHE_MODE_THREADS=1
 run percpu=0 per-thread 0 FREEWAY_PERCPU=0
 run secure per-thread 0 FREEWAY_SECURE=1
 if [ "$registered" = registered ]; then
-  run percpu=7 per-cpu 1 FREEWAY_PERCPU=7   # not 0, 1 or 2: said, and the default used
+  run percpu=7 per-thread 1 FREEWAY_PERCPU=7 CACHE_MODE_THREADS=1   # not 0, 1 or 2: said, and the default used
 fi
 run no-rseq per-thread 0 GLIBC_TUNABLES=glibc.pthread.rseq=0
 run no-rseq+percpu=1 per-thread 1 GLIBC_TUNABLES=glibc.pthread.rseq=0 FREEWAY_PERCPU=1
