@@ -3,8 +3,9 @@
 // In per-CPU mode the caches are LABs (lab.h) that belong to CPUs, not to
 // threads. Slot k of the slot array holds the LAB of CPU k, or null while a
 // slow path has it out. Any thread running on CPU k uses that LAB:
-//   - malloc's fast path pops its free[c] list, and free's fast path pushes a
-//     block of a span the LAB owns onto it, each in one restartable section
+//   - malloc's fast path pops its free[c] list; free's fast path pushes a
+//     block of a span the LAB owns onto it, or a block of a span the LAB has a
+//     pending chain for onto that chain; each is one restartable section
 //     (platform/rseq.h) that ends in one committing store;
 //   - a slow path takes the LAB out of the slot (a section that stores null),
 //     works on it with plain loads and stores as the LAB's only holder (refill,

@@ -176,3 +176,29 @@ TEST_CASE("per-CPU mode: a thread with no rseq registration is served by transie
   }).join();
   CHECK(fw_check_heap() == 0);
 }
+
+TEST_CASE("per-CPU mode: fw_collect empties every CPU's cache, so no span stays hot") {
+  if (!per_cpu()) return;
+  cpu_set_t all;
+  REQUIRE(sched_getaffinity(0, sizeof all, &all) == 0);
+  std::vector<void*> v;
+  for (unsigned cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+    if (!CPU_ISSET(cpu, &all)) continue;
+    std::thread([&] {
+      pin_to(cpu);
+      for (int i = 0; i < 3000; i++) v.push_back(fw_malloc(size_t(16 + (i % 40) * 24)));
+    }).join();
+  }
+  for (void* p : v) fw_free(p);
+  fw_stats_t before, after;
+  fw_stats(&before);
+  REQUIRE(before.spans_hot > 0);
+  fw_collect();
+  fw_stats(&after);
+  CHECK(after.spans_hot == 0);
+  CHECK(after.committed_bytes < before.committed_bytes);
+  cpu_set_t now;
+  REQUIRE(sched_getaffinity(0, sizeof now, &now) == 0);
+  CHECK(CPU_EQUAL(&now, &all));  // the caller's affinity is given back
+  CHECK(fw_check_heap() == 0);
+}
