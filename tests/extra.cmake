@@ -72,4 +72,4 @@ target_compile_options(fw_cache_mode PRIVATE ${FW_TEST_C_FLAGS})
 target_link_libraries(fw_cache_mode PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
 add_dependencies(fw_cache_mode freeway)
 add_test(NAME cache_mode COMMAND ${FW_TEST_SCRIPTS}/cache_mode.sh $<TARGET_FILE:freeway> $<TARGET_FILE:fw_cache_mode>)
-set_tests_properties(cache_mode PROPERTIES TIMEOUT 120 ENVIRONMENT "TMPDIR=${FW_TEST_TMP}")
+set_tests_properties(cache_mode PROPERTIES TIMEOUT 120 ENVIRONMENT "TMPDIR=${FW_TEST_TMP}" LABELS override)  # preloads freeway: sanitizer builds skip it
