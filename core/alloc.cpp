@@ -76,8 +76,9 @@ void* malloc_slow(Lab* lab, unsigned c, size_t n) {
   if (FW_UNLIKELY(secure_mode())) return malloc_secure(lab, c, n);
   void* p;
   if (lab == &g_lab_empty && percpu_start()) {
-    // The process's first call chose per-CPU mode: this call is served by it,
-    // and the thread slot (EMPTY) is never used.
+    // Per-CPU mode is on (chosen at the process's first call, or switched on
+    // since, percpu.h): this call is served by it, and the thread slot (EMPTY)
+    // is never used.
     leave(lab);
     return percpu_malloc_slow(c, n);
   }

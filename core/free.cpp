@@ -124,7 +124,8 @@ void free_slow(Lab* lab, void* p, Span* d) {
     return restore_slot(lab);
   }
   if (lab == &g_lab_empty && percpu_start()) {
-    // The process's first call chose per-CPU mode (percpu.h).
+    // Per-CPU mode is on (chosen at the process's first call, or switched on
+    // since, percpu.h).
     restore_slot(lab);
     return percpu_free_slow(p, d, false);
   }
