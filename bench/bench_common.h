@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Monotonic clock, in seconds. */
 static inline double now(void) {
@@ -75,6 +76,16 @@ static inline void *malloc_or_die(size_t size) {
 static inline int usage(const char *argv0, const char *options) {
   fprintf(stderr, "usage: %s %s\n", argv0, options);
   return 1;
+}
+
+/* The process's resident set now, in KiB (/proc/self/statm; 0 if unreadable). */
+static inline long rss_kb(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  long size = 0, res = 0;
+  if (f == NULL) return 0;
+  if (fscanf(f, "%ld %ld", &size, &res) != 2) res = 0;
+  fclose(f);
+  return res * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
 /* Reports invalid options; main returns its value (1). */

@@ -71,15 +71,6 @@ static void* worker(void* arg) {
   return NULL;
 }
 
-static long rss_kb(void) {
-  FILE* f = fopen("/proc/self/statm", "r");
-  long size = 0, res = 0;
-  if (f == NULL) return 0;
-  if (fscanf(f, "%ld %ld", &size, &res) != 2) res = 0;
-  fclose(f);
-  return res * (sysconf(_SC_PAGESIZE) / 1024);
-}
-
 static void give_back(void) {
   void (*fw)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "fw_collect");
   void (*mi)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "mi_collect");

@@ -41,15 +41,6 @@ static void* worker(void* arg) {
   return NULL;
 }
 
-static long rss_kb(void) {
-  FILE* f = fopen("/proc/self/statm", "r");
-  long size = 0, res = 0;
-  if (f == NULL) return 0;
-  if (fscanf(f, "%ld %ld", &size, &res) != 2) res = 0;
-  fclose(f);
-  return res * (sysconf(_SC_PAGESIZE) / 1024);
-}
-
 static int cmp_long(const void* a, const void* b) {
   long x = *(const long*)a, y = *(const long*)b;
   return x < y ? -1 : x > y;
