@@ -63,6 +63,22 @@ namespace fw::os {
   "jmp %l[abort]\n\t"                                        \
   ".popsection\n\t"
 
+// The start of every section body: the CPU number into operand k, and a jump
+// to C label `fail` if it is not below operand ncpu (cpu_id is -1 or -2 when
+// rseq is not registered: huge, unsigned).
+#define FW_RSEQ_CPU(fail)                                     \
+  "movl %%fs:4(%[off]), %k[k]\n\t"                          \
+  "cmpl %[ncpu], %k[k]\n\t"                                 \
+  "jae %l[" fail "]\n\t"
+
+// The same, then that CPU's slot into operand base, and a jump to `fail` if
+// the slot is empty.
+#define FW_RSEQ_SLOT(fail)                                    \
+  FW_RSEQ_CPU(fail)                                          \
+  "movq (%[slots], %[k], 8), %[base]\n\t"                   \
+  "testq %[base], %[base]\n\t"                              \
+  "jz %l[" fail "]\n\t"
+
 // The operations that succeed also give the CPU they ran on (*cpu): the
 // caller may count the operation there (with an atomic add: the thread may
 // have moved since).
@@ -76,12 +92,7 @@ __attribute__((always_inline)) inline void* rseq_pop(ptrdiff_t off, void* const*
   uintptr_t node, base, next, k;
 retry:
   asm volatile goto(FW_RSEQ_START("%[node]")
-           "movl %%fs:4(%[off]), %k[k]\n\t"         // cpu_id
-           "cmpl %[ncpu], %k[k]\n\t"
-           "jae %l[none]\n\t"
-           "movq (%[slots], %[k], 8), %[base]\n\t"  // this CPU's array
-           "testq %[base], %[base]\n\t"
-           "jz %l[none]\n\t"
+           FW_RSEQ_SLOT("none")                          // this CPU's array
            "movq (%[base], %[idx], 8), %[node]\n\t"    // the list's head
            "testq %[node], %[node]\n\t"
            "jz %l[none]\n\t"
@@ -111,12 +122,7 @@ __attribute__((always_inline)) inline bool rseq_push_owned(ptrdiff_t off, void* 
   uintptr_t base, head, k;
 retry:
   asm volatile goto(FW_RSEQ_START("%[head]")
-           "movl %%fs:4(%[off]), %k[k]\n\t"
-           "cmpl %[ncpu], %k[k]\n\t"
-           "jae %l[no]\n\t"
-           "movq (%[slots], %[k], 8), %[base]\n\t"
-           "testq %[base], %[base]\n\t"
-           "jz %l[no]\n\t"
+           FW_RSEQ_SLOT("no")
            "cmpq %[base], (%[owner])\n\t"
            "jne %l[no]\n\t"
            "movq (%[base], %[idx], 8), %[head]\n\t"
@@ -148,12 +154,7 @@ __attribute__((always_inline)) inline bool rseq_push_counted(ptrdiff_t off, void
   uintptr_t base, top, head, k;
 retry:
   asm volatile goto(FW_RSEQ_START("%[top]")
-           "movl %%fs:4(%[off]), %k[k]\n\t"
-           "cmpl %[ncpu], %k[k]\n\t"
-           "jae %l[no]\n\t"
-           "movq (%[slots], %[k], 8), %[base]\n\t"
-           "testq %[base], %[base]\n\t"
-           "jz %l[no]\n\t"
+           FW_RSEQ_SLOT("no")
            "cmpq %[tag], (%[base], %[at])\n\t"
            "jne %l[no]\n\t"
            "movq 8(%[base], %[at]), %[top]\n\t"
@@ -185,22 +186,17 @@ abort:
 // Takes the current CPU's slot: returns what it held and leaves it null.
 // nullptr if the CPU is out of range or the slot was empty.
 __attribute__((always_inline)) inline void* rseq_take(ptrdiff_t off, void** slots, uint32_t ncpu) {
-  uintptr_t cpu, v;
+  uintptr_t k, base;
 retry:
-  asm volatile goto(FW_RSEQ_START("%[v]")
-           "movl %%fs:4(%[off]), %k[cpu]\n\t"
-           "cmpl %[ncpu], %k[cpu]\n\t"
-           "jae %l[none]\n\t"
-           "movq (%[slots], %[cpu], 8), %[v]\n\t"
-           "testq %[v], %[v]\n\t"
-           "jz %l[none]\n\t"
-           "movq $0, (%[slots], %[cpu], 8)\n\t"          // commit
+  asm volatile goto(FW_RSEQ_START("%[base]")
+           FW_RSEQ_SLOT("none")
+           "movq $0, (%[slots], %[k], 8)\n\t"            // commit
            FW_RSEQ_END
-           : [cpu] "=&r"(cpu), [v] "=&r"(v)
+           : [k] "=&r"(k), [base] "=&r"(base)
            : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots)
            : "memory", "cc"
            : none, abort);
-  return reinterpret_cast<void*>(v);
+  return reinterpret_cast<void*>(base);
 none:
   return nullptr;
 abort:
@@ -210,17 +206,15 @@ abort:
 // Puts v into the current CPU's slot if that slot is empty. false if it is
 // not, or the CPU is out of range.
 __attribute__((always_inline)) inline bool rseq_put(ptrdiff_t off, void** slots, uint32_t ncpu, void* v) {
-  uintptr_t cpu;
+  uintptr_t k;
 retry:
-  asm volatile goto(FW_RSEQ_START("%[cpu]")
-           "movl %%fs:4(%[off]), %k[cpu]\n\t"
-           "cmpl %[ncpu], %k[cpu]\n\t"
-           "jae %l[no]\n\t"
-           "cmpq $0, (%[slots], %[cpu], 8)\n\t"
+  asm volatile goto(FW_RSEQ_START("%[k]")
+           FW_RSEQ_CPU("no")
+           "cmpq $0, (%[slots], %[k], 8)\n\t"
            "jne %l[no]\n\t"
-           "movq %[v], (%[slots], %[cpu], 8)\n\t"        // commit
+           "movq %[v], (%[slots], %[k], 8)\n\t"          // commit
            FW_RSEQ_END
-           : [cpu] "=&r"(cpu)
+           : [k] "=&r"(k)
            : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [v] "r"(v)
            : "memory", "cc"
            : no, abort);
@@ -232,6 +226,8 @@ abort:
 }
 
 #undef FW_RSEQ_START
+#undef FW_RSEQ_CPU
+#undef FW_RSEQ_SLOT
 #undef FW_RSEQ_END
 
 #else
