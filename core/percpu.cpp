@@ -47,11 +47,11 @@ FW_COLD void say(const char* what) {
 }
 
 void decide() {
-  int64_t want = option(Option::percpu);  // 0 off, 1 required, 2 when available
+  int64_t want = option(Option::percpu);  // 0 per-thread, 1 per-CPU, 2 per-CPU past twice the CPUs
   if (want < 0 || want > 2) {
     Line l;
-    l.str("freeway: ignoring FREEWAY_PERCPU=").dec(uint64_t(want < 0 ? -want : want))
-        .str(want < 0 ? " (negative)" : "").str(" (0, 1 or 2); using 2\n");
+    l.str("freeway: ignoring FREEWAY_PERCPU=").str(want < 0 ? "-" : "").dec(uint64_t(want < 0 ? -want : want))
+        .str(" (0, 1 or 2); using 2\n");
     l.write(2);
     want = 2;
   }
@@ -115,8 +115,9 @@ bool percpu_start() {
 }
 
 void percpu_thread_bound(uint64_t threads_live) {
-  if (threads_live > 2 * uint64_t(g_cpus_online) && g_armed.load(std::memory_order_acquire) && !percpu_on())
-    g_percpu.on.store(true, std::memory_order_release);
+  // g_cpus_online is read only after the acquire that publishes it.
+  if (!g_armed.load(std::memory_order_acquire) || percpu_on()) return;
+  if (threads_live > 2 * uint64_t(g_cpus_online)) g_percpu.on.store(true, std::memory_order_release);
 }
 
 const char* percpu_mode_name() { return percpu_on() ? "per-CPU" : "per-thread"; }

@@ -40,7 +40,7 @@ run() {
 registered=$(LD_PRELOAD= "$prog" | sed -n 's/^rseq: //p')
 echo "glibc's rseq here: $registered"
 cpus=$(getconf _NPROCESSORS_ONLN)
-if [ "$registered" = registered ] && [ $((32)) -gt $((2 * cpus)) ]; then
+if [ "$registered" = registered ] && [ 32 -gt $((2 * cpus)) ]; then
   run default,32-threads per-cpu 0 CACHE_MODE_THREADS=32
   run percpu=1,1-thread per-cpu 0 FREEWAY_PERCPU=1 CACHE_MODE_THREADS=1
 elif [ "$registered" != registered ]; then
