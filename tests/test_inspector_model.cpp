@@ -621,6 +621,7 @@ TEST_CASE("derive tells a CPU cache in a slot from one a slow path holds (format
   CHECK(f.labs[1].alive);
   CHECK(f.labs[2].cpu == -1);
   CHECK_FALSE(f.labs[2].alive);
+  CHECK(f.caches_in_cpu_slots == 1);
 }
 
 TEST_CASE("check_spans finds nothing on a sound heap") {

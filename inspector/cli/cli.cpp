@@ -354,10 +354,8 @@ void print_text(FILE* out, const Snapshot& s, const Figures& f, const std::vecto
   std::fprintf(out, "  spans     ");
   for (unsigned st = 0; st < FWT_SPAN_STATE_COUNT; st++)
     std::fprintf(out, " %s %" PRIu64, lower(state_name(st)).c_str(), f.spans_by_state[st]);
-  size_t in_slots = 0;
-  for (const LabFigures& l : f.labs) in_slots += l.cpu >= 0;
   std::fprintf(out, "\n  threads    %" PRIu64 " live, %zu caches", f.threads_live, f.labs.size());
-  if (in_slots > 0) std::fprintf(out, " (per-CPU: %zu in CPU slots)", in_slots);
+  if (f.caches_in_cpu_slots > 0) std::fprintf(out, " (per-CPU: %zu in CPU slots)", f.caches_in_cpu_slots);
   std::fprintf(out, "; events missed %" PRIu64 ", dropped %" PRIu64 "\n", f.events_missed, f.events_dropped);
   if (!f.classes.empty()) {
     std::fprintf(out, "  %5s %8s %12s %10s %5s %5s %5s %8s %10s\n", "class", "size", "live blocks", "live", "hot",

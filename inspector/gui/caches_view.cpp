@@ -15,10 +15,8 @@ void draw_caches(App& app, UiState&, Rect r) {
     return;
   }
   const Figures& f = app.figures;
-  size_t in_slots = 0;
-  for (const LabFigures& l : f.labs) in_slots += l.cpu >= 0;
-  if (in_slots > 0)
-    ImGui::Text("per-CPU caches: %zu in CPU slots, %zu caches", in_slots, f.labs.size());
+  if (f.caches_in_cpu_slots > 0)
+    ImGui::Text("per-CPU caches: %zu in CPU slots, %zu caches", f.caches_in_cpu_slots, f.labs.size());
   else
     ImGui::Text("%" PRIu64 " threads live, %zu caches", f.threads_live, f.labs.size());
   const ImGuiTableFlags flags =

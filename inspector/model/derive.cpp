@@ -107,6 +107,7 @@ Figures derive(const Snapshot& s) {
     x.kind = l.kind;
     x.alive = l.kind == FWT_LAB_THREAD || l.kind == FWT_LAB_CPU;
     x.cpu = l.kind == FWT_LAB_CPU && l.cpu_slot > 0 ? int32_t(l.cpu_slot - 1) : -1;
+    f.caches_in_cpu_slots += x.cpu >= 0;
     x.pending = l.pending;
     x.allocs = l.allocs;
     x.frees = l.frees;

@@ -47,6 +47,7 @@ struct Figures {
   std::vector<ClassFigures> classes;      // one per class with any span or allocation
   std::vector<LabFigures> labs;
   uint64_t threads_live = 0;
+  size_t caches_in_cpu_slots = 0;         // per-CPU mode: caches a CPU's slot holds (LabFigures::cpu >= 0)
   uint64_t events_missed = 0, events_dropped = 0;
 };
 
