@@ -1,7 +1,8 @@
 // core/free.h: free's fast path.
 //
 // The fast path (free_block) handles a block of the calling thread's own hot
-// span, which is what a thread freeing its own recent allocations hits, and a
+// span, which is what a thread freeing its own recent allocations hits, a block
+// of a span its LAB keeps (lab.h, kept spans: its older blocks), and a
 // block of a span that already has a pending chain in the LAB with room left
 // (lab.h), so frees into spans the thread let float cost one CAS per chain
 // (up to kPendingBytes of blocks), not one each. For its own hot span:
@@ -135,11 +136,24 @@ FW_INLINE void free_block_impl(void* p, size_t n, bool aligned) {
   Span* d = span_in_slice(slice, p);
   unsigned c;
   if (FW_LIKELY(d->owner.load(std::memory_order_relaxed) == lab)) {
-    // Our own hot span: onto its owner-side list.
+    // Our own span: the hot one (onto free[c]) or a kept one (onto its own list).
     c = d->cls.load(std::memory_order_relaxed);
+    const bool hot = lab->hot[c] == d;
+    uint32_t w = 0;
+    if (!hot) {
+      w = span_local(d).load(std::memory_order_relaxed);
+      if (FW_UNLIKELY(kept_push_empties(d, w))) {  // its last block in use: the span goes back
+        if constexpr (kSized) return free_slow_sized(lab, p, d, n, aligned);
+        return free_slow(lab, p, d);
+      }
+    }
     if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, c, n, aligned))) return free_slow(lab, p, d);
-    block_link(p, lab->free[c]);
-    lab->free[c] = p;
+    if (FW_LIKELY(hot)) {
+      block_link(p, lab->free[c]);
+      lab->free[c] = p;
+    } else {
+      kept_push(d, p, w);
+    }
   } else {
     // A span with a pending chain in this LAB that has room: onto the chain.
     PendingChain* ch = &lab->pending[pending_slot(d)];

@@ -150,6 +150,67 @@ void chain_flush(Lab* lab, unsigned i) {
   ch = PendingChain{};
 }
 
+bool keeps_spans(const Lab* lab) { return lab->kind.load(std::memory_order_relaxed) == kLabThread && !secure_mode(); }
+
+// Blocks kept span k has free: on its owner-side list and on its remote list.
+uint32_t kept_free_count(const Span* k) {
+  return local_count(span_local(k).load(std::memory_order_relaxed)) +
+         Anchor::unpack(k->anchor.load(std::memory_order_relaxed)).count;
+}
+
+// Gives kept span i of class c back with its list (it becomes FULL, PARTIAL or
+// FREE by its free count, span_release) and drops it from the array.
+void kept_release(Lab* lab, unsigned c, unsigned i) {
+  Span* k = lab->kept[c][i];
+  uint32_t w = span_local(k).load(std::memory_order_relaxed);
+  span_local(k).store(0, std::memory_order_relaxed);
+  lab->kept[c][i] = lab->kept[c][--lab->kept_n[c]];
+  span_release(k, local_head(span_base(k), w));
+}
+
+// hot[c] has no block left: makes the kept span with the most free blocks
+// hot[c], keeping the old hot span in its place, and gives back the other kept
+// spans that have no block in use. False (nothing changed but those) when no
+// kept span has a free block.
+bool kept_switch(Lab* lab, unsigned c) {
+  Span* best = nullptr;
+  uint32_t most = 0;
+  for (unsigned i = 0; i < lab->kept_n[c]; i++) {
+    uint32_t n = kept_free_count(lab->kept[c][i]);
+    if (n > most) {
+      most = n;
+      best = lab->kept[c][i];
+    }
+  }
+  // Downwards: kept_release moves the last entry, already visited, into i.
+  for (unsigned i = lab->kept_n[c]; i-- > 0;) {
+    Span* k = lab->kept[c][i];
+    if (k != best && kept_free_count(k) >= k->carved.load(std::memory_order_relaxed)) kept_release(lab, c, i);
+  }
+  if (best == nullptr) return false;
+  unsigned i = 0;
+  while (lab->kept[c][i] != best) i++;
+  uint32_t w = span_local(best).load(std::memory_order_relaxed);
+  span_local(best).store(0, std::memory_order_relaxed);
+  span_local(lab->hot[c]).store(0, std::memory_order_relaxed);
+  lab->kept[c][i] = lab->hot[c];
+  lab->hot[c] = best;
+  lab->free[c] = local_head(span_base(best), w);  // empty if its free blocks are remote: collected next
+  return true;
+}
+
+// Frees block p (checked and canaried) of kept span d of class c; gives d back
+// when that leaves it no block in use.
+void kept_free(Lab* lab, void* p, Span* d, unsigned c) {
+  uint32_t w = span_local(d).load(std::memory_order_relaxed);
+  kept_push(d, p, w);
+  if (kept_free_count(d) < d->carved.load(std::memory_order_relaxed)) return;
+  for (unsigned i = 0; i < lab->kept_n[c]; i++) {
+    if (lab->kept[c][i] == d) return kept_release(lab, c, i);
+  }
+  report_misuse("heap corruption: a span owned by this thread's cache is not in it, descriptor", d);
+}
+
 // Before lab takes a new span for class c: its pending frees of class c go to
 // their spans first, which may make them reusable (the blowup bound).
 void flush_pending_class(Lab* lab, unsigned c) {
@@ -192,11 +253,24 @@ void lab_defer_free(Lab* lab, Span* s, void* p) {
 void lab_flush(Lab* lab) {
   lab_flush_pending(lab);
   for (unsigned c = 0; c < kClassCount; c++) {
+    while (lab->kept_n[c] > 0) kept_release(lab, c, lab->kept_n[c] - 1u);
     if (lab->hot[c] == nullptr) continue;
     span_release(lab->hot[c], lab->free[c]);
     lab->hot[c] = nullptr;
     lab->free[c] = nullptr;
   }
+}
+
+void lab_collect_current() {
+  Lab* lab = lab_current();
+  if (is_placeholder(lab)) return;
+  lab_set_current(&g_lab_busy);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  lab_flush_pending(lab);
+  for (unsigned c = 0; c < kClassCount; c++)
+    while (lab->kept_n[c] > 0) kept_release(lab, c, lab->kept_n[c] - 1u);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  lab_set_current(lab);
 }
 
 void* lab_refill(Lab* lab, unsigned c) {
@@ -210,8 +284,19 @@ void* lab_refill(Lab* lab, unsigned c) {
     if (Span* s = lab->hot[c]) {
       if ((lab->free[c] = span_collect(s)) != nullptr) continue;
       if ((lab->free[c] = span_carve(s)) != nullptr) continue;
-      if (!span_float(s, lab)) continue;  // remote frees arrived: collect them
-      lab->hot[c] = nullptr;
+      // s has no block left to give.
+      if (keeps_spans(lab)) {
+        if (kept_switch(lab, c)) continue;
+        if (lab->kept_n[c] < kKeptSpans) {
+          span_local(s).store(0, std::memory_order_relaxed);
+          lab->kept[c][lab->kept_n[c]++] = s;
+          lab->hot[c] = nullptr;
+        }
+      }
+      if (lab->hot[c] != nullptr) {
+        if (!span_float(s, lab)) continue;  // remote frees arrived: collect them
+        lab->hot[c] = nullptr;
+      }
     }
     flush_pending_class(lab, c);
     void* list;
@@ -225,8 +310,12 @@ void* lab_refill(Lab* lab, unsigned c) {
 void lab_free_block(Lab* lab, void* p, Span* d) {
   unsigned c = d->cls.load(std::memory_order_relaxed);
   if (d->owner.load(std::memory_order_relaxed) == lab) {
-    block_link(p, lab->free[c]);
-    lab->free[c] = p;
+    if (d == lab->hot[c]) {
+      block_link(p, lab->free[c]);
+      lab->free[c] = p;
+    } else {
+      kept_free(lab, p, d, c);
+    }
   } else {
     lab_defer_free(lab, d, p);  // batched: one CAS per run of frees into one span
   }
@@ -302,6 +391,36 @@ bool lab_is_valid(const Lab* lab) {
       }
     }
     if (n > carved) ok = report_invariant("lab: free list longer than the span (cycle?)", c);
+  }
+  for (unsigned c = 0; c < kClassCount; c++) {
+    unsigned kept = lab->kept_n[c];
+    if (kept > kKeptSpans || (kept > 0 && !keeps_spans(lab))) {
+      ok = report_invariant("lab: kept spans in a LAB that keeps none, or too many", c);
+      continue;
+    }
+    for (unsigned i = 0; i < kept; i++) {
+      const Span* s = lab->kept[c][i];
+      Anchor a = Anchor::unpack(s->anchor.load(std::memory_order_acquire));
+      if (a.state != kHot || s->owner.load(std::memory_order_relaxed) != lab ||
+          s->cls.load(std::memory_order_relaxed) != c || s == lab->hot[c])
+        ok = report_invariant("lab: kept span not HOT, not ours, of another class, or the hot one", span_index(s));
+      for (unsigned j = 0; j < i; j++)
+        if (lab->kept[c][j] == s) ok = report_invariant("lab: span kept twice", span_index(s));
+      uint32_t w = span_local(s).load(std::memory_order_relaxed);
+      uintptr_t base = span_blocks(s);
+      uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
+      uint32_t carved = s->carved.load(std::memory_order_relaxed);
+      uint32_t n = 0;
+      for (void* b = local_head(span_base(s), w); b != nullptr && n <= carved; b = block_next(b), n++) {
+        uintptr_t off = reinterpret_cast<uintptr_t>(b) - base;
+        if (reinterpret_cast<uintptr_t>(b) < base || off % bsize != 0 || off / bsize >= carved) {
+          ok = report_invariant("lab: kept span's list holds a block not of it", span_index(s));
+          n = local_count(w);
+          break;
+        }
+      }
+      if (n != local_count(w)) ok = report_invariant("lab: kept span's list differs from its count", span_index(s));
+    }
   }
   return ok;
 }

@@ -29,6 +29,10 @@
 //                          free[c] lists only blocks of hot[c]
 //   allocs[c], frees[c] are written only by the LAB's holder (relaxed); a
 //   thread frees into another thread's span counts the free in its own LAB.
+//   kept[c][0..kept_n[c]) are distinct HOT spans of class c with owner == this
+//   LAB, none of them hot[c]; each one's owner-side list (span_local) holds
+//   local_count blocks of it; only a per-thread LAB outside secure mode keeps
+//   spans (keeps_spans), every other LAB has kept_n[c] == 0.
 //   for each pending chain ch: ch.span == nullptr  <=>  the chain is empty;
 //   otherwise ch is the slot of ch.span (pending_slot), and head..tail holds
 //   pending_count(ch) = pending_limit - room >= 1 checked, canaried blocks of
@@ -40,6 +44,7 @@
 
 #include "core/config.h"
 #include "core/size_class.h"
+#include "core/secure.h"
 #include "core/span.h"
 #include "platform/thread_slot.h"
 
@@ -48,6 +53,22 @@ namespace fw {
 enum LabKind : uint32_t { kLabIdle = 0, kLabThread = 1, kLabTransient = 2, kLabCpu = 3 };  // kLabCpu: percpu.h
 
 constexpr unsigned kLabQuarantine = 256;  // secure mode: freed blocks a thread holds back (secure_heap.h)
+
+// Kept spans. When a per-thread LAB's hot span of class c has no block left to
+// give, the LAB does not let it float (HOT -> FULL, after which even its own
+// thread's frees into it are remote, through pending chains and a CAS per
+// chain): it keeps owning it, up to kKeptSpans spans per class. Its thread then
+// frees blocks of a kept span with plain stores onto the span's owner-side list
+// (span_local, span.h), as into its hot span, and a later refill makes the kept
+// span with the most free blocks the hot one again. A thread that allocates and
+// frees its own blocks in random order (a server's sessions, Larson) thus keeps
+// all its frees local while its live blocks of a class fit in kKeptSpans + 1
+// spans; past that, the exhausted hot span floats as before. A kept span whose
+// last block in use is freed goes back to the span-pool at once; one emptied by
+// remote frees is found at the next refill of its class (or at the thread's
+// exit, or fw_collect). Bound: a LAB holds at most kKeptSpans + 1 spans per
+// class, so the blowup bound's per-cache term grows by that factor (docs/design.md).
+constexpr unsigned kKeptSpans = 16;  // secure mode: freed blocks a thread holds back (secure_heap.h)
 
 // Blocks freed into one span this LAB does not own, not yet given to it:
 // freeing into that span again is plain pointer work. The chain goes to the
@@ -90,6 +111,8 @@ struct Lab {
   Span* hot[kClassCount];
   PendingChain pending[kPendingChains];
   uint64_t pending_of_class[kClassCount];  // bit i: pending[i] holds blocks of that class
+  Span* kept[kClassCount][kKeptSpans];     // kept spans (above), kept_n[c] of them per class
+  uint8_t kept_n[kClassCount];
   std::atomic<uint64_t> allocs[kClassCount];
   std::atomic<uint64_t> frees[kClassCount];
   std::atomic<uint32_t> kind;
@@ -139,6 +162,17 @@ FW_INLINE void lab_count(std::atomic<uint64_t>& counter) {
 #endif
 }
 
+// Kept span s's list, word w, would hold every carved block after one more
+// push: that free is left to the slow path (lab_free_block), which gives s back.
+FW_INLINE bool kept_push_empties(const Span* s, uint32_t w) {
+  return local_count(w) + 1 >= s->carved.load(std::memory_order_relaxed);
+}
+// The owner pushes block p (checked and canaried) onto kept span s's list, word w.
+FW_INLINE void kept_push(Span* s, void* p, uint32_t w) {
+  block_link(p, local_head(reinterpret_cast<uintptr_t>(p) & ~(kVspanSize - 1), w));
+  span_local(s).store(local_word(p, local_count(w) + 1), std::memory_order_relaxed);
+}
+
 // A LAB bound to the calling thread (released at its exit); nullptr if no memory.
 Lab* lab_bind_thread();
 // A LAB for one operation; give it back with lab_put_transient.
@@ -149,9 +183,12 @@ void lab_put_transient(Lab* lab);
 // chains and makes it idle.
 Lab* lab_take_cpu();
 void lab_retire(Lab* lab);
-// Releases every hot span of lab and gives its pending frees to their span
-// (its holder calls this).
+// Releases every hot and kept span of lab and gives its pending frees to their
+// span (its holder calls this).
 void lab_flush(Lab* lab);
+// fw_collect for the calling thread's LAB (per-thread mode): releases its
+// kept spans and gives its pending frees to their spans.
+void lab_collect_current();
 // Frees checked block p of span s (not owned by lab) through lab's pending chain for s.
 void lab_defer_free(Lab* lab, Span* s, void* p);
 // Gives every pending chain of lab to its span.

@@ -45,7 +45,9 @@
 //   guard_page  whoever holds the vspan exclusively (it describes the vspan's
 //               page protection, whatever the vspan is used for).
 //   committed   the exclusive holder (pool pop/push, run alloc/free).
-//   pool_next, reuse_next  the stacks (tagged_stack.h).
+//   pool_next, reuse_next  the stacks (tagged_stack.h). While a span is HOT and
+//               kept by its owner beside its hot span (lab.h, kept spans),
+//               pool_next is its owner-side free list instead (span_local).
 // Equations (span_is_valid):
 //   state in {FULL, PARTIAL}: count <= carved <= capacity, list has count blocks
 //   state FULL:    count + (capacity - carved) <  reuse threshold
@@ -142,6 +144,29 @@ FW_INLINE void* block_at(uintptr_t base, uint32_t index) {
   return index == 0 ? nullptr : reinterpret_cast<void*>(base + (uintptr_t(index - 1) << 4));
 }
 
+// The owner-side list of a kept span (lab.h: a span a per-thread LAB keeps
+// owning beside its hot span of the class). It lives in the descriptor's
+// pool_next word, which only the span-pool uses, and only while the span is
+// FREE; a stale reader of a pool stack may still load it, which its tagged CAS
+// then rejects. Written by the owner only (relaxed load and store); read by
+// fw_check_heap and telemetry.
+//   bits  0..16  head   (offset of the first block in its vspan) / 16 + 1; 0 = empty
+//   bits 17..31  count  blocks on the list
+constexpr unsigned kLocalCountShift = 17;
+static_assert(kVspanSize / 16 + 1 < (1u << kLocalCountShift), "a block's vspan offset / 16 fits the head");
+static_assert(kVspanSize / 16 < (1u << (32 - kLocalCountShift)), "a span's block count fits the count");
+FW_INLINE std::atomic<uint32_t>& span_local(Span* s) { return s->pool_next; }
+FW_INLINE const std::atomic<uint32_t>& span_local(const Span* s) { return s->pool_next; }
+FW_INLINE uint32_t local_count(uint32_t w) { return w >> kLocalCountShift; }
+// The head of list word w of a span whose vspan starts at vspan_base.
+FW_INLINE void* local_head(uintptr_t vspan_base, uint32_t w) {
+  uint32_t h = w & ((1u << kLocalCountShift) - 1);
+  return h == 0 ? nullptr : reinterpret_cast<void*>(vspan_base + (uintptr_t(h - 1) << 4));
+}
+// The word of a list that starts at block p (not null) and holds count blocks.
+FW_INLINE uint32_t local_word(const void* p, uint32_t count) {
+  return uint32_t(((reinterpret_cast<uintptr_t>(p) & (kVspanSize - 1)) >> 4) + 1) | (count << kLocalCountShift);
+}
 // Free blocks a non-hot span needs before it is reusable.
 uint32_t reuse_threshold(uint32_t capacity);
 

@@ -104,11 +104,17 @@ TEST_CASE("a thread's LAB goes back to the idle stack at exit and is reused by t
 TEST_CASE("frees into spans the thread let float wait in pending chains, one per span, and reach each span in one step") {
   Span* first = nullptr;
   std::thread([&] {
-    // Enough 64-byte blocks to fill several spans: all but the last are floated (FULL).
+    // Enough 64-byte blocks to fill more spans than the LAB keeps (lab.h): the
+    // spans filled after the kept ones are floated (FULL).
     std::vector<void*> v;
-    for (int i = 0; i < 3 * 1024 + 10; i++) v.push_back(fw_malloc(64));
-    first = span_of(v[0]);
-    REQUIRE(Anchor::unpack(first->anchor.load()).state == kFull);
+    const uint32_t per_span = class_info(class_of(64)).capacity;
+    for (uint32_t i = 0; i < (kKeptSpans + 4) * per_span + 10; i++) v.push_back(fw_malloc(64));
+    for (void* p : v)
+      if (Anchor::unpack(span_of(p)->anchor.load()).state == kFull) {
+        first = span_of(p);
+        break;
+      }
+    REQUIRE(first != nullptr);
     std::vector<void*> mine, others;
     for (void* p : v) (span_of(p) == first ? mine : others).push_back(p);
     const uint32_t limit = pending_limit(64);  // 16 KiB of 64-byte blocks
@@ -127,7 +133,7 @@ TEST_CASE("frees into spans the thread let float wait in pending chains, one per
     // A free into another floated span uses that span's chain and leaves this one.
     void* other = nullptr;
     for (void* p : others)
-      if (span_of(p)->owner.load() != lab_current()) other = p;
+      if (span_of(p)->owner.load() == nullptr && pending_slot(span_of(p)) != pending_slot(first)) other = p;
     REQUIRE(other != nullptr);
     fw_free(other);
     CHECK(pending_count(ch) == 1);

@@ -1,0 +1,194 @@
+// Kept spans (lab.h): a per-thread LAB keeps owning the spans it filled, up to
+// kKeptSpans per class, so that its thread's frees into them are local.
+#include <doctest/doctest.h>
+
+#include <thread>
+#include <vector>
+
+#include "core/alloc.h"
+#include "core/arena.h"
+#include "core/free.h"
+#include "core/lab.h"
+#include "freeway.h"
+
+using namespace fw;
+
+namespace {
+
+constexpr size_t kSize = 64;
+
+uint32_t per_span() { return class_info(class_of(kSize)).capacity; }
+uint32_t state_of(const Span* s) { return Anchor::unpack(s->anchor.load()).state; }
+uint32_t local_of(const Span* s) { return local_count(span_local(s).load()); }
+unsigned kept_count() { return lab_current()->kept_n[class_of(kSize)]; }
+
+// Blocks of n spans of kSize, allocated in order by the calling thread; the
+// spans in the order they were filled.
+std::vector<void*> fill_spans(uint32_t n, std::vector<Span*>* spans) {
+  std::vector<void*> v;
+  for (uint32_t i = 0; i < n * per_span(); i++) {
+    void* p = fw_malloc(kSize);
+    REQUIRE(p != nullptr);
+    v.push_back(p);
+    if (spans->empty() || spans->back() != span_of(p)) spans->push_back(span_of(p));
+  }
+  return v;
+}
+
+std::vector<void*> blocks_of(const std::vector<void*>& v, const Span* s) {
+  std::vector<void*> out;
+  for (void* p : v)
+    if (span_of(p) == s) out.push_back(p);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a span the thread filled stays its own, and its frees into it are local") {
+  std::thread([] {
+    std::vector<Span*> spans;
+    std::vector<void*> v = fill_spans(3, &spans);
+    REQUIRE(spans.size() >= 3);
+    Span* first = spans[0];
+    CHECK(state_of(first) == kHot);
+    CHECK(first->owner.load() == lab_current());
+    CHECK(first != lab_current()->hot[class_of(kSize)]);
+    CHECK(kept_count() >= 2);
+    std::vector<void*> mine = blocks_of(v, first);
+    for (size_t i = 0; i < 100; i++) fw_free(mine[i]);
+    // On the span's own list: no pending chain, nothing on its remote list.
+    CHECK(local_of(first) == 100);
+    CHECK(Anchor::unpack(first->anchor.load()).count == 0);
+    CHECK(lab_current()->pending[pending_slot(first)].span != first);
+    CHECK(fw_check_heap() == 0);  // the block equation counts kept lists as free
+    for (size_t i = 100; i < mine.size(); i++) fw_free(mine[i]);
+    for (void* p : v)
+      if (span_of(p) != first) fw_free(p);
+    CHECK(fw_check_heap() == 0);
+  }).join();
+  CHECK(fw_check_heap() == 0);
+}
+
+TEST_CASE("when the hot span runs out, the kept span with the most free blocks becomes hot") {
+  std::thread([] {
+    std::vector<Span*> spans;
+    std::vector<void*> v = fill_spans(4, &spans);
+    REQUIRE(spans.size() >= 4);
+    // Span 1 gets 10 blocks back, span 2 gets 50.
+    std::vector<void*> one = blocks_of(v, spans[0]), two = blocks_of(v, spans[1]);
+    for (int i = 0; i < 10; i++) fw_free(one[i]);
+    for (int i = 0; i < 50; i++) fw_free(two[i]);
+    // Use up the hot span; the next blocks come from span 2, then span 1.
+    Span* hot = lab_current()->hot[class_of(kSize)];
+    std::vector<void*> more;
+    while (lab_current()->hot[class_of(kSize)] == hot) more.push_back(fw_malloc(kSize));
+    CHECK(span_of(more.back()) == spans[1]);
+    CHECK(lab_current()->hot[class_of(kSize)] == spans[1]);
+    CHECK(state_of(hot) == kHot);  // kept, not floated
+    for (int i = 0; i < 49; i++) more.push_back(fw_malloc(kSize));
+    void* next = fw_malloc(kSize);
+    CHECK(span_of(next) == spans[0]);
+    more.push_back(next);
+    CHECK(fw_check_heap() == 0);
+    for (void* p : more) fw_free(p);
+    for (size_t i = 10; i < one.size(); i++) fw_free(one[i]);
+    for (size_t i = 50; i < two.size(); i++) fw_free(two[i]);
+    for (void* p : v)
+      if (span_of(p) != spans[0] && span_of(p) != spans[1]) fw_free(p);
+    CHECK(fw_check_heap() == 0);
+  }).join();
+}
+
+TEST_CASE("a kept span whose last block in use is freed goes back to the span-pool") {
+  std::thread([] {
+    std::vector<Span*> spans;
+    std::vector<void*> v = fill_spans(3, &spans);
+    Span* first = spans[0];
+    unsigned kept = kept_count();
+    for (void* p : blocks_of(v, first)) fw_free(p);
+    CHECK(state_of(first) == kFree);
+    CHECK(kept_count() == kept - 1);
+    CHECK(fw_check_heap() == 0);
+    for (void* p : v)
+      if (span_of(p) != first) fw_free(p);
+  }).join();
+  CHECK(fw_check_heap() == 0);
+}
+
+TEST_CASE("past kKeptSpans spans of a class, the exhausted hot span floats") {
+  std::thread([] {
+    std::vector<Span*> spans;
+    std::vector<void*> v = fill_spans(kKeptSpans + 4, &spans);
+    CHECK(kept_count() == kKeptSpans);
+    unsigned hot = 0, full = 0;
+    for (Span* s : spans) {
+      uint32_t st = state_of(s);
+      if (st == kHot) hot++;
+      if (st == kFull) full++;
+    }
+    CHECK(hot == kKeptSpans + 1);  // the kept ones and the hot one
+    CHECK(full == spans.size() - hot);
+    CHECK(full >= 2);
+    CHECK(fw_check_heap() == 0);
+    for (void* p : v) fw_free(p);
+    CHECK(fw_check_heap() == 0);
+  }).join();
+}
+
+TEST_CASE("thread exit and fw_collect give kept spans back") {
+  std::vector<void*> v;
+  std::vector<Span*> spans;
+  std::thread([&] {
+    v = fill_spans(4, &spans);
+    CHECK(kept_count() >= 3);
+    // fw_collect: this thread's kept spans float (FULL: no block free).
+    fw_collect();
+    CHECK(kept_count() == 0);
+    CHECK(state_of(spans[0]) == kFull);
+    CHECK(spans[0]->owner.load() == nullptr);
+    CHECK(fw_check_heap() == 0);
+    std::vector<void*> w = fill_spans(3, &spans);
+    v.insert(v.end(), w.begin(), w.end());
+    CHECK(kept_count() >= 2);
+  }).join();
+  // The exited thread's LAB kept nothing: every span it filled is no one's.
+  for (Span* s : spans) {
+    uint32_t st = state_of(s);
+    CHECK((st == kFull || st == kPartial));
+    CHECK(s->owner.load() == nullptr);
+  }
+  CHECK(fw_check_heap() == 0);
+  for (void* p : v) fw_free(p);
+  CHECK(fw_check_heap() == 0);
+}
+
+TEST_CASE("other threads' frees into a kept span reach it remotely, and a kept span they empty goes back") {
+  std::thread([] {
+    std::vector<Span*> spans;
+    std::vector<void*> v = fill_spans(4, &spans);
+    std::vector<void*> first = blocks_of(v, spans[0]), second = blocks_of(v, spans[1]);
+    // Another thread frees all of span 1 and half of span 2 (its exit gives
+    // its pending chains to the spans).
+    std::thread([&] {
+      for (void* p : first) fw_free(p);
+      for (size_t i = 0; i < second.size() / 2; i++) fw_free(second[i]);
+    }).join();
+    CHECK(Anchor::unpack(spans[0]->anchor.load()).count == first.size());
+    CHECK(state_of(spans[0]) == kHot);  // still kept: the owner finds out at its next refill
+    CHECK(fw_check_heap() == 0);
+    // The hot span runs out: span 2 (half free) or span 1 (all free) becomes
+    // hot; span 1 goes back to the pool unless it is the one chosen.
+    Span* hot = lab_current()->hot[class_of(kSize)];
+    std::vector<void*> more;
+    while (lab_current()->hot[class_of(kSize)] == hot) more.push_back(fw_malloc(kSize));
+    CHECK(lab_current()->hot[class_of(kSize)] == spans[0]);  // the most free blocks
+    more.push_back(fw_malloc(kSize));
+    CHECK(span_of(more.back()) == spans[0]);  // collected from its remote list
+    CHECK(fw_check_heap() == 0);
+    for (void* p : more) fw_free(p);
+    for (size_t i = second.size() / 2; i < second.size(); i++) fw_free(second[i]);
+    for (void* p : v)
+      if (span_of(p) != spans[0] && span_of(p) != spans[1]) fw_free(p);
+    CHECK(fw_check_heap() == 0);
+  }).join();
+}
