@@ -88,14 +88,19 @@ FW_INLINE bool free_fast_checks(void* p, const Span* d, unsigned c, size_t n, bo
 
 // Per-CPU mode (percpu.h), in restartable sections on the current CPU's LAB
 // (platform/rseq.h), each checking inside the section what it relies on:
-//  - a block of a span that LAB owns goes onto its list (rseq_push_owned: a
-//    span's owner changes only under the LAB's holder, and a LAB in a slot has
-//    no holder);
+//  - a block of that LAB's hot span of its class goes onto free[c]
+//    (rseq_push_if: hot[c] == d; a LAB in a slot has no holder, so hot[c]
+//    changes only while the LAB is out of every slot);
+//  - a block of another span that LAB owns (a kept span, lab.h) goes onto the
+//    span's own list, span_local, which is the pool_next word
+//    (rseq_push_word_list: owner, and the count below carved: the free of its
+//    last block in use is the slow path's);
 //  - a block of a span with a pending chain in that LAB that has room goes onto
 //    the chain (rseq_push_counted: the chain's span and room, then one store);
 // then the count (percpu_count_at). The checks (hardening, size) come
 // first, once the span is known to hold small blocks: owned (HOT), or FULL or
 // PARTIAL by its anchor. Every other block goes to percpu_free_slow.
+static_assert(kVspanShift == 18, "rseq_push_word_list's lists lie in 2^18-byte windows");
 template <bool kSized>
 FW_INLINE void free_block_percpu(void* p, size_t n, bool aligned) {
   Span* slice = region_slice_of(p);
@@ -114,8 +119,10 @@ FW_INLINE void free_block_percpu(void* p, size_t n, bool aligned) {
   void* const* slots = reinterpret_cast<void* const*>(g_percpu.slots);
   const uintptr_t key = g_list_key.load(std::memory_order_relaxed);
   uint32_t cpu;
-  if (owned && os::rseq_push_owned(g_percpu.rseq_off, slots, g_percpu.ncpu, c, key, p,
-                                   reinterpret_cast<void* const*>(&d->owner), &cpu)) {
+  if (owned && (os::rseq_push_if(g_percpu.rseq_off, slots, g_percpu.ncpu, offsetof(Lab, hot) + c * sizeof(Span*), d,
+                                 c, key, p, &cpu) ||
+                os::rseq_push_word_list<offsetof(Span, owner), offsetof(Span, pool_next), offsetof(Span, carved)>(
+                    g_percpu.rseq_off, slots, g_percpu.ncpu, d, key, p, local_word(p, 0), &cpu))) {
   } else if (os::rseq_push_counted(g_percpu.rseq_off, slots, g_percpu.ncpu,
                                    offsetof(Lab, pending) + pending_slot(d) * sizeof(PendingChain), d, key, p,
                                    &cpu)) {
@@ -134,26 +141,23 @@ FW_INLINE void free_block_impl(void* p, size_t n, bool aligned) {
   Span* slice = region_slice_of(p);
   if (FW_UNLIKELY(slice == nullptr)) return free_slow(lab, p, nullptr);
   Span* d = span_in_slice(slice, p);
-  unsigned c;
-  if (FW_LIKELY(d->owner.load(std::memory_order_relaxed) == lab)) {
-    // Our own span: the hot one (onto free[c]) or a kept one (onto its own list).
-    c = d->cls.load(std::memory_order_relaxed);
-    const bool hot = lab->hot[c] == d;
-    uint32_t w = 0;
-    if (!hot) {
-      w = span_local(d).load(std::memory_order_relaxed);
-      if (FW_UNLIKELY(kept_push_empties(d, w))) {  // its last block in use: the span goes back
-        if constexpr (kSized) return free_slow_sized(lab, p, d, n, aligned);
-        return free_slow(lab, p, d);
-      }
+  // kNoClass for a span without small blocks, whose hot[] entry is always null.
+  const unsigned c = d->cls.load(std::memory_order_relaxed);
+  if (FW_LIKELY(lab->hot[c] == d)) {
+    // Our own hot span: onto its owner-side list.
+    if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, c, n, aligned))) return free_slow(lab, p, d);
+    block_link(p, lab->free[c]);
+    lab->free[c] = p;
+  } else if (d->owner.load(std::memory_order_relaxed) == lab) {
+    // A span the LAB keeps (lab.h): onto the span's own list, unless this is
+    // its last block in use (then the slow path gives the span back).
+    uint32_t w = span_local(d).load(std::memory_order_relaxed);
+    if (FW_UNLIKELY(kept_push_empties(d, w))) {
+      if constexpr (kSized) return free_slow_sized(lab, p, d, n, aligned);
+      return free_slow(lab, p, d);
     }
     if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, c, n, aligned))) return free_slow(lab, p, d);
-    if (FW_LIKELY(hot)) {
-      block_link(p, lab->free[c]);
-      lab->free[c] = p;
-    } else {
-      kept_push(d, p, w);
-    }
+    kept_push(d, p, w);
   } else {
     // A span with a pending chain in this LAB that has room: onto the chain.
     PendingChain* ch = &lab->pending[pending_slot(d)];
@@ -161,7 +165,6 @@ FW_INLINE void free_block_impl(void* p, size_t n, bool aligned) {
       if constexpr (kSized) return free_slow_sized(lab, p, d, n, aligned);
       return free_slow(lab, p, d);
     }
-    c = d->cls.load(std::memory_order_relaxed);
     if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, c, n, aligned))) return free_slow(lab, p, d);
     block_link(p, chain_head(ch->top));
     ch->top = chain_top(p, chain_room(ch->top) - 1);

@@ -150,7 +150,18 @@ void chain_flush(Lab* lab, unsigned i) {
   ch = PendingChain{};
 }
 
-bool keeps_spans(const Lab* lab) { return lab->kind.load(std::memory_order_relaxed) == kLabThread && !secure_mode(); }
+bool keeps_spans(const Lab* lab) {
+  uint32_t kind = lab->kind.load(std::memory_order_relaxed);
+  return (kind == kLabThread || kind == kLabCpu) && !secure_mode();
+}
+
+// Takes owned span s's own list (span_local); nullptr if it is empty.
+void* take_local(Span* s) {
+  uint32_t w = span_local(s).load(std::memory_order_relaxed);
+  if (w == 0) return nullptr;
+  span_local(s).store(0, std::memory_order_relaxed);
+  return local_head(span_base(s), w);
+}
 
 // Blocks kept span k has free: on its owner-side list and on its remote list.
 uint32_t kept_free_count(const Span* k) {
@@ -165,7 +176,7 @@ void kept_release(Lab* lab, unsigned c, unsigned i) {
   uint32_t w = span_local(k).load(std::memory_order_relaxed);
   span_local(k).store(0, std::memory_order_relaxed);
   lab->kept[c][i] = lab->kept[c][--lab->kept_n[c]];
-  span_release(k, local_head(span_base(k), w));
+  span_release_counted(k, local_head(span_base(k), w), local_count(w));
 }
 
 // hot[c] has no block left: makes the kept span with the most free blocks
@@ -190,12 +201,9 @@ bool kept_switch(Lab* lab, unsigned c) {
   if (best == nullptr) return false;
   unsigned i = 0;
   while (lab->kept[c][i] != best) i++;
-  uint32_t w = span_local(best).load(std::memory_order_relaxed);
-  span_local(best).store(0, std::memory_order_relaxed);
-  span_local(lab->hot[c]).store(0, std::memory_order_relaxed);
-  lab->kept[c][i] = lab->hot[c];
+  lab->kept[c][i] = lab->hot[c];  // its own list stays with it (empty: refill took it)
   lab->hot[c] = best;
-  lab->free[c] = local_head(span_base(best), w);  // empty if its free blocks are remote: collected next
+  lab->free[c] = take_local(best);  // empty if its free blocks are remote: collected next
   return true;
 }
 
@@ -255,6 +263,12 @@ void lab_flush(Lab* lab) {
   for (unsigned c = 0; c < kClassCount; c++) {
     while (lab->kept_n[c] > 0) kept_release(lab, c, lab->kept_n[c] - 1u);
     if (lab->hot[c] == nullptr) continue;
+    if (void* local = take_local(lab->hot[c])) {  // in front of free[c]
+      void* tail = local;
+      while (block_next(tail) != nullptr) tail = block_next(tail);
+      block_link(tail, lab->free[c]);
+      lab->free[c] = local;
+    }
     span_release(lab->hot[c], lab->free[c]);
     lab->hot[c] = nullptr;
     lab->free[c] = nullptr;
@@ -282,13 +296,13 @@ void* lab_refill(Lab* lab, unsigned c) {
       return p;
     }
     if (Span* s = lab->hot[c]) {
+      if ((lab->free[c] = take_local(s)) != nullptr) continue;
       if ((lab->free[c] = span_collect(s)) != nullptr) continue;
       if ((lab->free[c] = span_carve(s)) != nullptr) continue;
       // s has no block left to give.
       if (keeps_spans(lab)) {
         if (kept_switch(lab, c)) continue;
         if (lab->kept_n[c] < kKeptSpans) {
-          span_local(s).store(0, std::memory_order_relaxed);
           lab->kept[c][lab->kept_n[c]++] = s;
           lab->hot[c] = nullptr;
         }
@@ -302,6 +316,7 @@ void* lab_refill(Lab* lab, unsigned c) {
     void* list;
     Span* s = acquire_span(lab, c, &list);
     if (s == nullptr) return nullptr;
+    span_local(s).store(0, std::memory_order_relaxed);  // pool_next until now (span.h)
     lab->hot[c] = s;
     lab->free[c] = list != nullptr ? list : span_carve(s);
   }
@@ -350,6 +365,26 @@ Lab* lab_first() { return g_lab_all.load(std::memory_order_acquire); }
 uint64_t lab_threads_live() { return g_threads_live.load(std::memory_order_relaxed); }
 uint64_t lab_threads_created() { return g_threads_created.load(std::memory_order_relaxed); }
 
+namespace {
+
+// The own list (span_local) of a span a LAB owns: blocks of it, as many as its count.
+bool local_list_is_valid(const Span* s) {
+  uint32_t w = span_local(s).load(std::memory_order_relaxed);
+  uintptr_t base = span_blocks(s);
+  uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
+  uint32_t carved = s->carved.load(std::memory_order_relaxed);
+  uint32_t n = 0;
+  for (void* b = local_head(span_base(s), w); b != nullptr && n <= carved; b = block_next(b), n++) {
+    uintptr_t off = reinterpret_cast<uintptr_t>(b) - base;
+    if (reinterpret_cast<uintptr_t>(b) < base || off % bsize != 0 || off / bsize >= carved)
+      return report_invariant("lab: an owned span's own list holds a block not of it", span_index(s));
+  }
+  if (n != local_count(w)) return report_invariant("lab: an owned span's own list differs from its count", span_index(s));
+  return true;
+}
+
+}  // namespace
+
 bool lab_is_valid(const Lab* lab) {
   bool ok = true;
   uint64_t of_class[kClassCount] = {};  // the masks, derived from the chains
@@ -391,6 +426,7 @@ bool lab_is_valid(const Lab* lab) {
       }
     }
     if (n > carved) ok = report_invariant("lab: free list longer than the span (cycle?)", c);
+    if (!local_list_is_valid(s)) ok = false;
   }
   for (unsigned c = 0; c < kClassCount; c++) {
     unsigned kept = lab->kept_n[c];
@@ -406,20 +442,7 @@ bool lab_is_valid(const Lab* lab) {
         ok = report_invariant("lab: kept span not HOT, not ours, of another class, or the hot one", span_index(s));
       for (unsigned j = 0; j < i; j++)
         if (lab->kept[c][j] == s) ok = report_invariant("lab: span kept twice", span_index(s));
-      uint32_t w = span_local(s).load(std::memory_order_relaxed);
-      uintptr_t base = span_blocks(s);
-      uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
-      uint32_t carved = s->carved.load(std::memory_order_relaxed);
-      uint32_t n = 0;
-      for (void* b = local_head(span_base(s), w); b != nullptr && n <= carved; b = block_next(b), n++) {
-        uintptr_t off = reinterpret_cast<uintptr_t>(b) - base;
-        if (reinterpret_cast<uintptr_t>(b) < base || off % bsize != 0 || off / bsize >= carved) {
-          ok = report_invariant("lab: kept span's list holds a block not of it", span_index(s));
-          n = local_count(w);
-          break;
-        }
-      }
-      if (n != local_count(w)) ok = report_invariant("lab: kept span's list differs from its count", span_index(s));
+      if (!local_list_is_valid(s)) ok = false;
     }
   }
   return ok;

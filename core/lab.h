@@ -1,11 +1,12 @@
 // core/lab.h: local allocation buffers (scalloc §3.4): the thread cache.
 //
 // A LAB holds, per size class, one hot span and that span's owner-side free
-// list. Only the LAB's holder touches free[] and hot[], with plain loads and
-// stores; other threads reach its spans only through their anchors (remote
-// free). A LAB is held by one thread at a time:
+// list, and up to kKeptSpans spans per class it filled before (kept spans,
+// below). Only the LAB's holder touches free[], hot[] and kept[], with
+// plain loads and stores; other threads reach its spans only through their
+// anchors (remote free). A LAB is held by one thread at a time:
 //   - bound to a thread: from the thread's first malloc/free until it exits;
-//     at exit its hot spans are released (they become FULL, PARTIAL or FREE and
+//     at exit its hot and kept spans are released (they become FULL, PARTIAL or FREE and
 //     other threads adopt them from the reusable stacks and the pool) and the
 //     LAB returns to the idle stack;
 //   - transient: taken from the idle stack for one operation by a call that
@@ -24,15 +25,18 @@
 // slow path, which finds the thread's LAB through its thread-exit registration.
 //
 // Invariants (lab_is_valid):
+//   hot[kNoClass] == nullptr (span.h: the class of a span without small blocks)
 //   hot[c] == nullptr  =>  free[c] == nullptr
 //   hot[c] != nullptr  =>  hot[c] is HOT with owner == this LAB and class c, and
 //                          free[c] lists only blocks of hot[c]
 //   allocs[c], frees[c] are written only by the LAB's holder (relaxed); a
 //   thread frees into another thread's span counts the free in its own LAB.
 //   kept[c][0..kept_n[c]) are distinct HOT spans of class c with owner == this
-//   LAB, none of them hot[c]; each one's owner-side list (span_local) holds
-//   local_count blocks of it; only a per-thread LAB outside secure mode keeps
-//   spans (keeps_spans), every other LAB has kept_n[c] == 0.
+//   LAB, none of them hot[c]; only thread and CPU LABs outside secure mode
+//   keep spans (keeps_spans), every other LAB has kept_n[c] == 0.
+//   every span this LAB owns (hot or kept) has an own list (span_local, span.h)
+//   of local_count of its blocks, which its owner pushes onto (a kept span's
+//   frees, and in per-CPU mode any) and a refill takes.
 //   for each pending chain ch: ch.span == nullptr  <=>  the chain is empty;
 //   otherwise ch is the slot of ch.span (pending_slot), and head..tail holds
 //   pending_count(ch) = pending_limit - room >= 1 checked, canaried blocks of
@@ -54,12 +58,12 @@ enum LabKind : uint32_t { kLabIdle = 0, kLabThread = 1, kLabTransient = 2, kLabC
 
 constexpr unsigned kLabQuarantine = 256;  // secure mode: freed blocks a thread holds back (secure_heap.h)
 
-// Kept spans. When a per-thread LAB's hot span of class c has no block left to
-// give, the LAB does not let it float (HOT -> FULL, after which even its own
+// Kept spans. When a thread or CPU LAB's hot span of class c has no block left
+// to give, the LAB does not let it float (HOT -> FULL, after which even its own
 // thread's frees into it are remote, through pending chains and a CAS per
-// chain): it keeps owning it, up to kKeptSpans spans per class. Its thread then
-// frees blocks of a kept span with plain stores onto the span's owner-side list
-// (span_local, span.h), as into its hot span, and a later refill makes the kept
+// chain): it keeps owning it, up to kKeptSpans spans per class. Its holder (or,
+// per CPU, a section on its CPU) then frees blocks of a kept span with plain
+// stores onto the span's own list (span_local, span.h), and a later refill makes the kept
 // span with the most free blocks the hot one again. A thread that allocates and
 // frees its own blocks in random order (a server's sessions, Larson) thus keeps
 // all its frees local while its live blocks of a class fit in kKeptSpans + 1
@@ -68,7 +72,7 @@ constexpr unsigned kLabQuarantine = 256;  // secure mode: freed blocks a thread 
 // remote frees is found at the next refill of its class (or at the thread's
 // exit, or fw_collect). Bound: a LAB holds at most kKeptSpans + 1 spans per
 // class, so the blowup bound's per-cache term grows by that factor (docs/design.md).
-constexpr unsigned kKeptSpans = 16;  // secure mode: freed blocks a thread holds back (secure_heap.h)
+constexpr unsigned kKeptSpans = 16;
 
 // Blocks freed into one span this LAB does not own, not yet given to it:
 // freeing into that span again is plain pointer work. The chain goes to the
@@ -108,7 +112,7 @@ FW_INLINE uint32_t pending_count(const PendingChain& ch) {
 
 struct Lab {
   void* free[kClassCount];  // first: the fast path indexes it from the LAB pointer
-  Span* hot[kClassCount];
+  Span* hot[kClassCount + 1];  // hot[kNoClass] stays null: free's fast path indexes hot[] by any span's class
   PendingChain pending[kPendingChains];
   uint64_t pending_of_class[kClassCount];  // bit i: pending[i] holds blocks of that class
   Span* kept[kClassCount][kKeptSpans];     // kept spans (above), kept_n[c] of them per class

@@ -39,9 +39,10 @@
 // one (no atomic count) and its caches hold at most twice what per-CPU caches
 // would; per-CPU from the moment there are more (percpu_thread_bound), where
 // per-thread caches would multiply with threads.
-// The switch happens once and is never undone: LABs bound before it stay with
-// their threads and are released at their exit. 0: per-thread. The fast
-// paths test g_percpu.on first.
+// The switch happens once and is never undone: LABs bound before it stay
+// registered with their threads (their exit makes them idle), and each such
+// thread's first per-CPU slow path gives its LAB's spans back. 0: per-thread.
+// The fast paths test g_percpu.on first.
 #pragma once
 #include <atomic>
 #include <cstddef>

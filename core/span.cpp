@@ -196,26 +196,43 @@ bool span_float(Span* s, Lab* lab) {
   return false;
 }
 
-void span_release(Span* s, void* local) {
+namespace {
+
+// span_release with `local` holding m blocks; tail is its last block, or
+// nullptr if not known yet: it is then looked for only if the span does not
+// become FREE (a FREE span's blocks are not listed anywhere).
+void release(Span* s, void* local, uint32_t m, void* tail) {
   uintptr_t base = span_blocks(s);
+  s->owner.store(nullptr, std::memory_order_relaxed);
+  uint64_t w = s->anchor.load(std::memory_order_acquire);
+  After after;
+  for (;;) {
+    Anchor a = Anchor::unpack(w);
+    Anchor next{local ? block_index(base, local) : a.head, a.count + m, kHot, a.linked, a.tag};
+    after = settle(s, a, a.count + m, next);
+    if (after != After::kPool && local != nullptr) {
+      if (tail == nullptr)
+        for (tail = local; block_next(tail) != nullptr;) tail = block_next(tail);
+      block_link(tail, block_at(base, a.head));
+    }
+    if (anchor_cas(s, w, next)) break;
+  }
+  follow_up(s, after);
+}
+
+}  // namespace
+
+void span_release(Span* s, void* local) {
   uint32_t m = 0;
   void* tail = nullptr;
   for (void* b = local; b != nullptr; b = block_next(b)) {
     m++;
     tail = b;
   }
-  s->owner.store(nullptr, std::memory_order_relaxed);
-  uint64_t w = s->anchor.load(std::memory_order_acquire);
-  After after;
-  for (;;) {
-    Anchor a = Anchor::unpack(w);
-    if (tail) block_link(tail, block_at(base, a.head));
-    Anchor next{local ? block_index(base, local) : a.head, a.count + m, kHot, a.linked, a.tag};
-    after = settle(s, a, a.count + m, next);
-    if (anchor_cas(s, w, next)) break;
-  }
-  follow_up(s, after);
+  release(s, local, m, tail);
 }
+
+void span_release_counted(Span* s, void* local, uint32_t m) { release(s, local, m, nullptr); }
 
 void span_check_free(const Span* s, const void* p) {
   unsigned c = s->cls.load(std::memory_order_relaxed);

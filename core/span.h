@@ -195,6 +195,9 @@ bool span_float(Span* s, Lab* lab);
 // Owner: gives the span up with `local` (its owner-side free list): it becomes
 // FULL, PARTIAL or FREE by its free count (thread exit, cache flush).
 void span_release(Span* s, void* local);
+// The same for a `local` list known to hold m blocks: a span that becomes FREE
+// is released without walking the list.
+void span_release_counted(Span* s, void* local, uint32_t m);
 
 // Any thread but the owner: frees block p of small span s.
 void span_free_remote(Span* s, void* p);

@@ -25,9 +25,13 @@ foreach(t test_stress test_large test_stats test_lifecycle test_api test_cxx_new
     endforeach()
   endif()
 endforeach()
+# doctest_discover_tests names the file it generates by a hash of TEST_SPEC and
+# EXTRA_ARGS alone: with the same ones, each call would overwrite the list of
+# the one before (all three registrations of test_churn then ran per-CPU). So
+# each mode passes an option of its own that changes only doctest's banner.
 if(TARGET test_churn)
-  doctest_discover_tests(test_churn TEST_PREFIX "per_thread."
+  doctest_discover_tests(test_churn TEST_PREFIX "per_thread." EXTRA_ARGS --no-intro=true
     PROPERTIES TIMEOUT ${FW_RELIABILITY_TIMEOUT} ENVIRONMENT FREEWAY_PERCPU=0 RESOURCE_LOCK rss_figures LABELS override)
-  doctest_discover_tests(test_churn TEST_PREFIX "per_cpu."
+  doctest_discover_tests(test_churn TEST_PREFIX "per_cpu." EXTRA_ARGS --no-version=true
     PROPERTIES TIMEOUT ${FW_RELIABILITY_TIMEOUT} ENVIRONMENT FREEWAY_PERCPU=1 RESOURCE_LOCK rss_figures LABELS override)
 endif()

@@ -132,8 +132,10 @@ TEST_CASE("frees into spans the thread let float wait in pending chains, one per
     CHECK(pending_count(ch) == 1);
     // A free into another floated span uses that span's chain and leaves this one.
     void* other = nullptr;
-    for (void* p : others)
-      if (span_of(p)->owner.load() == nullptr && pending_slot(span_of(p)) != pending_slot(first)) other = p;
+    for (void* p : others) {
+      Span* s = span_of(p);
+      if (s != nullptr && s->owner.load() == nullptr && pending_slot(s) != pending_slot(first)) other = p;
+    }
     REQUIRE(other != nullptr);
     fw_free(other);
     CHECK(pending_count(ch) == 1);
