@@ -31,7 +31,7 @@
 
 #define FWT_MAGIC 0x4d454c4554574600ull /* bytes "\0FWTELEM" read as little-endian u64 */
 #define FWT_VERSION_MAJOR 1
-#define FWT_VERSION_MINOR 1  /* 1: FWT_LAB_CPU and fwt_lab.cpu_slot (was padding) */
+#define FWT_VERSION_MINOR 2  /* 1: FWT_LAB_CPU and fwt_lab.cpu_slot (was padding); 2: fwt_span.own_free */
 #define FWT_PATH_PREFIX "/dev/shm/freeway." /* + decimal pid */
 #define FWT_EXE_MAX 256
 
@@ -143,6 +143,9 @@ typedef struct fwt_span {
   uint32_t run_len;       /* LARGE: vspans in the run; LARGE_TAIL: index of the head */
   uint64_t committed;     /* bytes committed from the span's base (run head: whole run) */
   uint64_t large_size;    /* LARGE/HUGE head: usable bytes of the block */
+  uint32_t own_free;      /* since 1.2: HOT span: blocks on its owner's list in the descriptor (the span's
+                             own list, core/lab.h); a reader of 1.0/1.1 records sees 0 */
+  uint32_t reserved;
 } fwt_span;
 
 typedef struct fwt_lab {
@@ -172,7 +175,8 @@ FWT_STATIC_ASSERT(sizeof(fwt_header) == 504, "fwt_header layout is part of the f
 FWT_STATIC_ASSERT(sizeof(fwt_process) == 200, "fwt_process layout is part of the format");
 FWT_STATIC_ASSERT(sizeof(fwt_class) == 40, "fwt_class layout is part of the format");
 FWT_STATIC_ASSERT(sizeof(fwt_region) == 24, "fwt_region layout is part of the format");
-FWT_STATIC_ASSERT(sizeof(fwt_span) == 40, "fwt_span layout is part of the format");
+FWT_STATIC_ASSERT(sizeof(fwt_span) == 48, "fwt_span layout is part of the format");
+#define FWT_SPAN_SIZE_1_0 40 /* fwt_span before 1.2: readers accept it and read own_free as 0 */
 FWT_STATIC_ASSERT(sizeof(fwt_lab) == 32, "fwt_lab layout is part of the format");
 FWT_STATIC_ASSERT(sizeof(fwt_event) == 40, "fwt_event layout is part of the format");
 

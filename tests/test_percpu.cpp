@@ -79,6 +79,35 @@ TEST_CASE("per-CPU mode: a thread's exit releases nothing, and the next thread o
   CHECK(fw_check_heap() == 0);
 }
 
+TEST_CASE("per-CPU mode: a CPU's cache keeps the spans it filled, and frees into them go onto the span's own list") {
+  if (!per_cpu()) return;
+  std::thread([] {
+    unsigned cpu = pin_first();
+    const unsigned c = class_of(64);
+    const uint32_t per_span = class_info(c).capacity;
+    std::vector<void*> v;
+    for (uint32_t i = 0; i < 3 * per_span; i++) v.push_back(fw_malloc(64));
+    Span* first = span_of(v[0]);
+    Lab* lab = percpu_slot(cpu);
+    REQUIRE(lab != nullptr);
+    CHECK(first->owner.load() == lab);  // kept: still the CPU cache's, not floated
+    CHECK(first != lab->hot[c]);
+    std::vector<void*> mine;
+    for (void* p : v)
+      if (span_of(p) == first) mine.push_back(p);
+    for (int i = 0; i < 10; i++) fw_free(mine[size_t(i)]);  // restartable section onto the span's list
+    CHECK(local_count(span_local(first).load()) == 10);
+    CHECK(Anchor::unpack(first->anchor.load()).count == 0);
+    CHECK(fw_check_heap() == 0);
+    // Freeing the rest: the last free gives the span back to the pool.
+    for (size_t i = 10; i < mine.size(); i++) fw_free(mine[i]);
+    CHECK(Anchor::unpack(first->anchor.load()).state == kFree);
+    for (void* p : v)
+      if (span_of(p) != first) fw_free(p);
+    CHECK(fw_check_heap() == 0);
+  }).join();
+}
+
 TEST_CASE("per-CPU mode: migrating threads exchanging blocks keep exact counts (allocs - frees = blocks in use)") {
   if (!per_cpu()) return;
   constexpr int kThreads = 16, kRounds = 20000;

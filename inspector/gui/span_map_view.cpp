@@ -35,7 +35,7 @@ uint32_t cell_colour(const Snapshot& s, size_t i, uint32_t region, uint32_t v) {
     case FWT_SPAN_HOT:
     case FWT_SPAN_FULL:
     case FWT_SPAN_PARTIAL: {
-      double used = sp.capacity ? double(sp.carved > sp.remote_count ? sp.carved - sp.remote_count : 0) / sp.capacity : 0;
+      double used = sp.capacity ? double(span_blocks_in_use(sp)) / sp.capacity : 0;
       c = shade(c, used);
       break;
     }
@@ -64,13 +64,14 @@ void tooltip(const Snapshot& s, size_t i) {
     case FWT_SPAN_FULL:
     case FWT_SPAN_PARTIAL: {
       const uint32_t bs = sp.cls < s.classes.size() ? s.classes[sp.cls].block_size : 0;
-      const uint32_t used = sp.carved > sp.remote_count ? sp.carved - sp.remote_count : 0;
+      const uint32_t used = uint32_t(span_blocks_in_use(sp));
       ImGui::Text("class %u, %u-byte blocks", unsigned(sp.cls), bs);
       ImGui::Text("in use %u of %u blocks (%.0f%%)", used, sp.capacity, sp.capacity ? 100.0 * used / sp.capacity : 0.0);
       ImGui::Text("carved %u, on its free list %u", sp.carved, sp.remote_count);
+      if (sp.own_free) ImGui::Text("on its owner's list %u (a kept span)", sp.own_free);
       if (sp.owner) ImGui::Text("owner: thread cache %u", sp.owner - 1);
       if (sp.state == FWT_SPAN_HOT)
-        ImGui::TextDisabled("(the owner's private free list is not published:\n in-use is an upper bound)");
+        ImGui::TextDisabled("(if it is its class's hot span, its cache's private\n free list is not published: in-use is an upper bound)");
       break;
     }
     case FWT_SPAN_LARGE:

@@ -19,11 +19,6 @@ bool is_small(uint8_t state) {
   return state == FWT_SPAN_HOT || state == FWT_SPAN_FULL || state == FWT_SPAN_PARTIAL;
 }
 
-// Blocks of a small span in use as far as a reader can tell: carved minus
-// those on the span's free list. For a HOT span the owner's private free list
-// is not published, so this is an upper bound there.
-uint64_t in_use(const fwt_span& sp) { return sp.carved >= sp.remote_count ? sp.carved - sp.remote_count : 0; }
-
 uint64_t sub_clamped(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
 
 std::string human_bytes(uint64_t b) {
@@ -40,6 +35,11 @@ std::string human_bytes(uint64_t b) {
 }
 
 }  // namespace
+
+uint64_t span_blocks_in_use(const fwt_span& sp) {
+  uint64_t free = uint64_t(sp.remote_count) + sp.own_free;
+  return sp.carved >= free ? sp.carved - free : 0;
+}
 
 const char* state_name(unsigned s) {
   static const char* const kNames[] = {"FREE", "HOT", "FULL", "PARTIAL", "LARGE", "LARGE_TAIL", "HUGE", "UNUSED"};
@@ -132,7 +132,7 @@ Figures derive(const Snapshot& s) {
     ClassFigures& x = cf[sp.cls];
     has_span[sp.cls] = true;
     const uint64_t bs = x.block_size;
-    const uint64_t used = in_use(sp);
+    const uint64_t used = span_blocks_in_use(sp);
     f.frag_free_in_spans += sub_clamped(sp.committed, used * bs);
     x.committed_bytes += sp.committed;
     if (sp.state == FWT_SPAN_HOT) x.spans_hot++;
@@ -150,7 +150,7 @@ Figures derive(const Snapshot& s) {
         l.hot_spans++;
         l.bytes_held += sp.committed;
         uint64_t unhanded = sp.capacity >= sp.carved ? uint64_t(sp.capacity - sp.carved) : 0;
-        l.free_bytes_held += (unhanded + sp.remote_count) * bs;
+        l.free_bytes_held += (unhanded + sp.remote_count + sp.own_free) * bs;
       }
     }
   }
@@ -182,7 +182,8 @@ std::vector<std::string> check_spans(const Snapshot& s) {
     }
     const fwt_class& k = s.classes[sp.cls];
     if (sp.carved > sp.capacity) say(i, sp, "carved > capacity");
-    if (sp.remote_count > sp.carved) say(i, sp, "more free blocks than carved (remote_count > carved)");
+    if (uint64_t(sp.remote_count) + sp.own_free > sp.carved)
+      say(i, sp, "more free blocks than carved (remote_count + own_free > carved)");
     // Secure mode gives up a span's last page to its guard page (FWT_SPAN_GUARD).
     if ((sp.flags & FWT_SPAN_GUARD) == 0) {
       if (sp.capacity != k.capacity) say(i, sp, "capacity differs from its class's");

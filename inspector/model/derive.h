@@ -28,7 +28,7 @@ struct LabFigures {
   int32_t cpu = -1;                      // per-CPU mode: the CPU whose slot holds it (-1: none now)
   uint32_t hot_spans = 0;
   uint64_t bytes_held = 0;               // committed bytes of its hot spans
-  uint64_t free_bytes_held = 0;          // bytes of its hot spans not carved or on their remote lists (upper bound on what it can hand out)
+  uint64_t free_bytes_held = 0;          // bytes of its owned spans not carved or on their remote or own lists (what it can hand out, less its private lists)
   uint32_t pending = 0;
   uint64_t allocs = 0, frees = 0;
 };
@@ -52,6 +52,12 @@ struct Figures {
 };
 
 Figures derive(const Snapshot& s);
+
+// Blocks of a small span in use as far as a reader can tell: carved minus those
+// on its remote list and on its owner's list in the descriptor (own_free,
+// format 1.2). For a class's hot span its cache's private free list is not
+// published, so this is an upper bound there.
+uint64_t span_blocks_in_use(const fwt_span& sp);
 
 // "FREE", "HOT", ... "UNUSED" ("?" out of range).
 const char* state_name(unsigned state);

@@ -67,14 +67,14 @@ std::string validate_header(const fwt_header& h, uint64_t avail, Layout* out) {
   struct Rec {
     const char* name;
     uint32_t size;
-    size_t ours;
+    size_t oldest;  // the record's size in version major.0 (later minors append fields)
   } recs[] = {{"process", h.process_size, sizeof(fwt_process)}, {"class", h.class_size, sizeof(fwt_class)},
-              {"region", h.region_size, sizeof(fwt_region)},    {"span", h.span_size, sizeof(fwt_span)},
+              {"region", h.region_size, sizeof(fwt_region)},    {"span", h.span_size, FWT_SPAN_SIZE_1_0},
               {"lab", h.lab_size, sizeof(fwt_lab)},             {"event", h.event_size, sizeof(fwt_event)}};
   for (const Rec& r : recs) {
-    if (r.size < r.ours)
+    if (r.size < r.oldest)
       return fmt("%s record size %u is smaller than version %u.0's %zu bytes", r.name, r.size,
-                 unsigned(FWT_VERSION_MAJOR), r.ours);
+                 unsigned(FWT_VERSION_MAJOR), r.oldest);
     if (r.size > kMaxRecordSize) return fmt("%s record size %u is absurd (over %u)", r.name, r.size, kMaxRecordSize);
     if (r.size % 8 != 0) return fmt("%s record size %u is not a multiple of 8", r.name, r.size);
   }
@@ -169,6 +169,7 @@ std::string validate_snapshot(const Snapshot& s, uint32_t lab_capacity) {
     if (sp.carved > sp.capacity) return fmt("span %zu: carved %u over capacity %u", i, sp.carved, sp.capacity);
     if (sp.remote_count > sp.capacity)
       return fmt("span %zu: remote count %u over capacity %u", i, sp.remote_count, sp.capacity);
+    if (sp.own_free > sp.capacity) return fmt("span %zu: own list %u over capacity %u", i, sp.own_free, sp.capacity);
     if (sp.state == FWT_SPAN_LARGE_TAIL && sp.run_len >= n)
       return fmt("span %zu: large tail names head %u beyond %zu spans", i, sp.run_len, n);
     if (sp.owner > lab_capacity) return fmt("span %zu: owner %u over lab capacity %u", i, sp.owner, lab_capacity);

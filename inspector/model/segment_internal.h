@@ -74,15 +74,19 @@ struct Layout {
 // prefix, which the caller adds).
 std::string validate_header(const fwt_header& h, uint64_t avail, Layout* out);
 
+// A writer's records may be bigger (a newer minor: its extra fields are
+// skipped) or, for a record that grew since x.0, smaller (an older minor: the
+// fields it lacks read as 0).
 template <class T>
 void copy_table(const uint8_t* base, const Table& t, uint32_t count, std::vector<T>* v) {
-  v->resize(count);
+  v->assign(count, T{});
   const uint8_t* p = base + t.offset;
   if (t.size == sizeof(T)) {
     if (count != 0) std::memcpy(v->data(), p, size_t(count) * sizeof(T));
     return;
   }
-  for (uint32_t i = 0; i < count; i++) std::memcpy(&(*v)[i], p + size_t(i) * t.size, sizeof(T));
+  const size_t n = t.size < sizeof(T) ? t.size : sizeof(T);
+  for (uint32_t i = 0; i < count; i++) std::memcpy(&(*v)[i], p + size_t(i) * t.size, n);
 }
 
 // Validates the counts of a copied process record against the layout.

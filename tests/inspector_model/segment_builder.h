@@ -22,6 +22,7 @@ struct SegmentBuilder {
   std::string exe = "synthetic";
   uint16_t minor = FWT_VERSION_MINOR;
   uint32_t extra = 0;  // bytes appended to each record and the header (a newer minor)
+  uint32_t span_bytes = sizeof(fwt_span);  // FWT_SPAN_SIZE_1_0: span records as a 1.0/1.1 writer has them
   uint32_t vspans_per_region = 8, vspan_shift = 20, page_size = 4096;
   uint32_t class_capacity = 8, region_capacity = 4, lab_capacity = 8, event_capacity = 16;
   uint64_t snapshot_seq = 2;
@@ -60,7 +61,7 @@ struct SegmentBuilder {
     o.classes = up8(o.process + rec(sizeof(fwt_process)));
     o.regions = up8(o.classes + uint64_t(class_capacity) * rec(sizeof(fwt_class)));
     o.spans = up8(o.regions + uint64_t(region_capacity) * rec(sizeof(fwt_region)));
-    o.labs = up8(o.spans + uint64_t(span_capacity()) * rec(sizeof(fwt_span)));
+    o.labs = up8(o.spans + uint64_t(span_capacity()) * rec(span_bytes));
     o.events = up8(o.labs + uint64_t(lab_capacity) * rec(sizeof(fwt_lab)));
     o.total = o.events + uint64_t(event_capacity) * rec(sizeof(fwt_event));
     return o;
@@ -94,7 +95,7 @@ struct SegmentBuilder {
     h.process_size = rec(sizeof(fwt_process));
     h.class_size = rec(sizeof(fwt_class));
     h.region_size = rec(sizeof(fwt_region));
-    h.span_size = rec(sizeof(fwt_span));
+    h.span_size = rec(span_bytes);
     h.lab_size = rec(sizeof(fwt_lab));
     h.event_size = rec(sizeof(fwt_event));
     h.class_capacity = class_capacity;
@@ -128,7 +129,7 @@ struct SegmentBuilder {
     for (size_t i = 0; i < regions.size() && i < region_capacity; i++)
       put(&b, o.regions + i * rec(sizeof(fwt_region)), rec(sizeof(fwt_region)), &regions[i], sizeof(fwt_region));
     for (size_t i = 0; i < spans.size() && i < span_capacity(); i++)
-      put(&b, o.spans + i * rec(sizeof(fwt_span)), rec(sizeof(fwt_span)), &spans[i], sizeof(fwt_span));
+      put(&b, o.spans + i * rec(span_bytes), rec(span_bytes), &spans[i], span_bytes < sizeof(fwt_span) ? span_bytes : sizeof(fwt_span));
     for (size_t i = 0; i < labs.size() && i < lab_capacity; i++)
       put(&b, o.labs + i * rec(sizeof(fwt_lab)), rec(sizeof(fwt_lab)), &labs[i], sizeof(fwt_lab));
     for (const auto& [n, e] : events)
