@@ -179,6 +179,11 @@ void kept_release(Lab* lab, unsigned c, unsigned i) {
   span_release_counted(k, local_head(span_base(k), w), local_count(w));
 }
 
+// Gives back every kept span of class c.
+void release_kept(Lab* lab, unsigned c) {
+  while (lab->kept_n[c] > 0) kept_release(lab, c, lab->kept_n[c] - 1u);
+}
+
 // hot[c] has no block left: makes the kept span with the most free blocks
 // hot[c], keeping the old hot span in its place, and gives back the other kept
 // spans that have no block in use. False (nothing changed but those) when no
@@ -261,7 +266,7 @@ void lab_defer_free(Lab* lab, Span* s, void* p) {
 void lab_flush(Lab* lab) {
   lab_flush_pending(lab);
   for (unsigned c = 0; c < kClassCount; c++) {
-    while (lab->kept_n[c] > 0) kept_release(lab, c, lab->kept_n[c] - 1u);
+    release_kept(lab, c);
     if (lab->hot[c] == nullptr) continue;
     if (void* local = take_local(lab->hot[c])) {  // in front of free[c]
       void* tail = local;
@@ -281,8 +286,7 @@ void lab_collect_current() {
   lab_set_current(&g_lab_busy);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   lab_flush_pending(lab);
-  for (unsigned c = 0; c < kClassCount; c++)
-    while (lab->kept_n[c] > 0) kept_release(lab, c, lab->kept_n[c] - 1u);
+  for (unsigned c = 0; c < kClassCount; c++) release_kept(lab, c);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   lab_set_current(lab);
 }
