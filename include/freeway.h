@@ -50,10 +50,11 @@ FW_API size_t fw_usable_size(const void* p);
 /* Nonzero when p lies in memory freeway manages (an O(1) address check). */
 FW_API int fw_owns(const void* p);
 
-/* Gives free memory back to the operating system now (in secure mode, after
-   freeing the blocks the calling thread still holds in its quarantine; with
-   per-CPU caches, after emptying each CPU's cache, which briefly runs the
-   calling thread on each CPU it may use). */
+/* Gives free memory back to the operating system now, after the calling
+   thread's cache gives back the spans it keeps (in secure mode, after freeing
+   the blocks the calling thread still holds in its quarantine; with per-CPU
+   caches, after emptying each CPU's cache, which briefly runs the calling
+   thread on each CPU it may use). */
 FW_API void fw_collect(void);
 
 /* 1 when the caches are per CPU (Linux rseq; FREEWAY_PERCPU), 0 when they are
