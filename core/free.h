@@ -94,16 +94,11 @@ FW_INLINE bool free_fast_checks(void* p, const Span* d, unsigned c, size_t n, bo
 //  - a block of that LAB's hot span of its class goes onto free[c]
 //    (rseq_push_if: hot[c] == d; a LAB in a slot has no holder, so hot[c]
 //    changes only while the LAB is out of every slot);
-//  - a block of another span that LAB owns (a kept span, lab.h) goes onto the
-//    span's own list, span_local, which is the pool_next word
-//    (rseq_push_word_list: owner, and the count below carved: the free of its
-//    last block in use is the slow path's);
 //  - a block of a span with a pending chain in that LAB that has room goes onto
 //    the chain (rseq_push_counted: the chain's span and room, then one store);
 // then the count (percpu_count_at). The checks (hardening, size) come
 // first, once the span is known to hold small blocks: owned (HOT), or FULL or
 // PARTIAL by its anchor. Every other block goes to percpu_free_slow.
-static_assert(kVspanShift == 18, "rseq_push_word_list's lists lie in 2^18-byte windows");
 template <bool kSized>
 FW_NOINLINE void free_block_percpu(void* p, size_t n, bool aligned) {
   Span* slice = region_slice_of(p);
@@ -122,10 +117,9 @@ FW_NOINLINE void free_block_percpu(void* p, size_t n, bool aligned) {
   void* const* slots = reinterpret_cast<void* const*>(g_percpu.slots);
   const uintptr_t key = g_list_key.load(std::memory_order_relaxed);
   uint32_t cpu;
-  if (owned && (os::rseq_push_if(g_percpu.rseq_off, slots, g_percpu.ncpu, offsetof(Lab, hot) + c * sizeof(Span*), d,
-                                 c, key, p, &cpu) ||
-                os::rseq_push_word_list<offsetof(Span, owner), offsetof(Span, pool_next), offsetof(Span, carved)>(
-                    g_percpu.rseq_off, slots, g_percpu.ncpu, d, key, p, local_word(p, 0), &cpu))) {
+  // A CPU LAB keeps no spans (lab.h keeps_spans): the only span it owns of class c is hot[c].
+  if (owned && os::rseq_push_if(g_percpu.rseq_off, slots, g_percpu.ncpu, offsetof(Lab, hot) + c * sizeof(Span*), d,
+                                c, key, p, &cpu)) {
   } else if (os::rseq_push_counted(g_percpu.rseq_off, slots, g_percpu.ncpu,
                                    offsetof(Lab, pending) + pending_slot(d) * sizeof(PendingChain), d, key, p,
                                    &cpu)) {

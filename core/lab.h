@@ -1,8 +1,8 @@
 // core/lab.h: local allocation buffers (scalloc §3.4): the thread cache.
 //
 // A LAB holds, per size class, one hot span and that span's owner-side free
-// list, and up to kKeptSpans spans per class it filled before (kept spans,
-// below). Only the LAB's holder touches free[], hot[] and kept[], with
+// list, and (per-thread LABs) up to kKeptSpans spans per class it filled
+// before (kept spans, below). Only the LAB's holder touches free[], hot[] and kept[], with
 // plain loads and stores; other threads reach its spans only through their
 // anchors (remote free). A LAB is held by one thread at a time:
 //   - bound to a thread: from the thread's first malloc/free until it exits;
@@ -32,11 +32,11 @@
 //   allocs[c], frees[c] are written only by the LAB's holder (relaxed); a
 //   thread frees into another thread's span counts the free in its own LAB.
 //   kept[c][0..kept_n[c]) are distinct HOT spans of class c with owner == this
-//   LAB, none of them hot[c]; only thread and CPU LABs outside secure mode
-//   keep spans (keeps_spans), every other LAB has kept_n[c] == 0.
-//   every span this LAB owns (hot or kept) has an own list (span_local, span.h)
-//   of local_count of its blocks, which its owner pushes onto (a kept span's
-//   frees, and in per-CPU mode any) and a refill takes.
+//   LAB, none of them hot[c], at most kept_limit(c) of them; only per-thread
+//   LABs outside secure mode keep spans (keeps_spans), every other LAB has
+//   kept_n[c] == 0. Every span this LAB owns (hot or kept) has an own list
+//   (span_local, span.h) of local_count of its blocks, which its holder pushes
+//   onto (frees into kept spans) and a refill takes.
 //   for each pending chain ch: ch.span == nullptr  <=>  the chain is empty;
 //   otherwise ch is the slot of ch.span (pending_slot), and head..tail holds
 //   pending_count(ch) = pending_limit - room >= 1 checked, canaried blocks of
@@ -58,21 +58,32 @@ enum LabKind : uint32_t { kLabIdle = 0, kLabThread = 1, kLabTransient = 2, kLabC
 
 constexpr unsigned kLabQuarantine = 256;  // secure mode: freed blocks a thread holds back (secure_heap.h)
 
-// Kept spans. When a thread or CPU LAB's hot span of class c has no block left
+// Kept spans. When a per-thread LAB's hot span of class c has no block left
 // to give, the LAB does not let it float (HOT -> FULL, after which even its own
 // thread's frees into it are remote, through pending chains and a CAS per
-// chain): it keeps owning it, up to kKeptSpans spans per class. Its holder (or,
-// per CPU, a section on its CPU) then frees blocks of a kept span with plain
-// stores onto the span's own list (span_local, span.h), and a later refill makes the kept
+// chain): it keeps owning it, up to kept_limit(c) spans per class. Its thread
+// then frees blocks of a kept span with plain stores onto the span's own list
+// (span_local, span.h), and a later refill makes the kept
 // span with the most free blocks the hot one again. A thread that allocates and
 // frees its own blocks in random order (a server's sessions, Larson) thus keeps
 // all its frees local while its live blocks of a class fit in kKeptSpans + 1
 // spans; past that, the exhausted hot span floats as before. A kept span whose
 // last block in use is freed goes back to the span-pool at once; one emptied by
 // remote frees is found at the next refill of its class (or at the thread's
-// exit, or fw_collect). Bound: a LAB holds at most kKeptSpans + 1 spans per
-// class, so the blowup bound's per-cache term grows by that factor (docs/design.md).
+// exit, or fw_collect). Bound: a LAB keeps at most kKeptSpans spans and
+// kKeptBytes per class besides its hot span, which adds at most kKeptBytes per
+// class to the blowup bound's per-cache term (docs/design.md).
 constexpr unsigned kKeptSpans = 16;
+// And at most kKeptBytes of them per class: 16 spans of 64 KiB (blocks up to
+// 1 KiB), 4 of the 256 KiB spans of bigger blocks. Counted in spans alone, a
+// cache could keep 4 MiB per class of big blocks, and a CPU cache that threads
+// preempted in slow paths keep replacing grew producer-consumer RSS by a
+// quarter (test_churn under load).
+constexpr uint32_t kKeptBytes = 1024 * 1024;
+FW_INLINE unsigned kept_limit(unsigned c) {
+  uint32_t n = kKeptBytes / class_info(c).span_bytes;
+  return n < kKeptSpans ? n : kKeptSpans;
+}
 
 // Blocks freed into one span this LAB does not own, not yet given to it:
 // freeing into that span again is plain pointer work. The chain goes to the

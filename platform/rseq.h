@@ -142,57 +142,6 @@ abort:
   goto retry;
 }
 
-// A list kept in one 32-bit word of an object `obj` that the current CPU's
-// array may own: the word at byte offset kWord of obj holds the head's index
-// (bits 0..16: (address mod 2^18) / 16 + 1, 0 = empty; nodes of one list lie
-// in one 2^18-aligned window) and the count (bits 17..31). If the pointer at
-// offset kOwner of obj is the current CPU's array and count + 1 is below the
-// 32-bit limit at offset kLimit, links `node` in front (its first word: the
-// old head's address XOR key, or key for none) and stores the word of the new
-// list, `node_index` | (count + 1) << 17, the commit. false, with nothing
-// changed, otherwise. node_index is node's head index (bits 0..16 above).
-template <size_t kOwner, size_t kWord, size_t kLimit>
-__attribute__((always_inline)) inline bool rseq_push_word_list(ptrdiff_t off, void* const* slots, uint32_t ncpu,
-                                                              const void* obj, uintptr_t key, void* node,
-                                                              uint32_t node_index, uint32_t* cpu) {
-  uintptr_t base, k, w, n, link;
-  const uintptr_t window = reinterpret_cast<uintptr_t>(node) & ~((uintptr_t(1) << 18) - 1);
-retry:
-  asm volatile goto(FW_RSEQ_START("%[w]")
-           FW_RSEQ_SLOT("no")
-           "cmpq %[base], %c[own](%[obj])\n\t"         // obj is owned by this CPU's array
-           "jne %l[no]\n\t"
-           "movl %c[word](%[obj]), %k[w]\n\t"
-           "movl %k[w], %k[n]\n\t"
-           "shrl $17, %k[n]\n\t"
-           "addl $1, %k[n]\n\t"                        // count + 1
-           "cmpl %c[lim](%[obj]), %k[n]\n\t"
-           "jae %l[no]\n\t"
-           "shll $17, %k[n]\n\t"
-           "orl %k[nidx], %k[n]\n\t"                   // the new word
-           "andl $0x1ffff, %k[w]\n\t"                  // the old head's index (0: none)
-           "shlq $4, %[w]\n\t"
-           "leaq -16(%[win], %[w]), %[link]\n\t"       // its address
-           "testq %[w], %[w]\n\t"
-           "cmovzq %[w], %[link]\n\t"                  // or null
-           "xorq %[key], %[link]\n\t"
-           "movq %[link], (%[node])\n\t"              // node's link (node is the caller's alone)
-           "movl %k[n], %c[word](%[obj])\n\t"          // commit
-           FW_RSEQ_END
-           : [base] "=&r"(base), [k] "=&r"(k), [w] "=&r"(w), [n] "=&r"(n), [link] "=&r"(link)
-           : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [obj] "r"(obj), [key] "r"(key),
-             [node] "r"(node), [nidx] "r"(node_index), [win] "r"(window), [own] "i"(kOwner), [word] "i"(kWord),
-             [lim] "i"(kLimit)
-           : "memory", "cc"
-           : no, abort);
-  *cpu = uint32_t(k);
-  return true;
-no:
-  return false;
-abort:
-  goto retry;
-}
-
 // A counted list at byte offset `at` of the current CPU's array: a tag word,
 // then `top` = head address (bits 0..47) | room << 48. If the tag is `tag` and
 // room is not 0, links `node` in front (its first word: the old head XOR key)
@@ -284,10 +233,6 @@ abort:
 #define FW_HAS_RSEQ 0
 inline void* rseq_pop(ptrdiff_t, void* const*, uint32_t, size_t, uintptr_t, uint32_t*) { return nullptr; }
 inline bool rseq_push_if(ptrdiff_t, void* const*, uint32_t, size_t, const void*, size_t, uintptr_t, void*, uint32_t*) {
-  return false;
-}
-template <size_t, size_t, size_t>
-inline bool rseq_push_word_list(ptrdiff_t, void* const*, uint32_t, const void*, uintptr_t, void*, uint32_t, uint32_t*) {
   return false;
 }
 inline bool rseq_push_counted(ptrdiff_t, void* const*, uint32_t, size_t, const void*, uintptr_t, void*, uint32_t*) {

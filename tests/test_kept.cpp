@@ -135,6 +135,21 @@ TEST_CASE("past kKeptSpans spans of a class, the exhausted hot span floats") {
   }).join();
 }
 
+TEST_CASE("a class of 256 KiB spans keeps at most kKeptBytes of them") {
+  std::thread([] {
+    const size_t size = 4096;
+    const unsigned c = class_of(size);
+    REQUIRE(class_info(c).span_bytes == 256 * 1024);
+    CHECK(kept_limit(c) == kKeptBytes / (256 * 1024));
+    std::vector<void*> v;
+    for (uint32_t i = 0; i < (kept_limit(c) + 3) * class_info(c).capacity; i++) v.push_back(fw_malloc(size));
+    CHECK(lab_current()->kept_n[c] == kept_limit(c));
+    CHECK(fw_check_heap() == 0);
+    for (void* p : v) fw_free(p);
+    CHECK(fw_check_heap() == 0);
+  }).join();
+}
+
 TEST_CASE("thread exit and fw_collect give kept spans back") {
   std::vector<void*> v;
   std::vector<Span*> spans;
