@@ -34,6 +34,9 @@ void check_sized(void* p, Span* d, size_t n, bool aligned) {
 
 }  // namespace
 
+void free_percpu(void* p) { free_block_percpu<false>(p, 0, false); }
+void free_percpu_sized(void* p, size_t n, bool aligned) { free_block_percpu<true>(p, n, aligned); }
+
 void free_slow_sized(Lab* lab, void* p, Span* d, size_t n, bool aligned) {
   check_sized(p, d, n, aligned);
   free_slow(lab, p, d);

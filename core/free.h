@@ -12,9 +12,9 @@
 //   check and set; link the block into free[c]; bump frees[c]; restore the slot.
 // 55 instructions on x86-64 up to the return (GCC 12, objdump); the kept-span
 // and pending cases are branches of their own of about the same length. The
-// per-CPU path (free_block_percpu) is a function of its own, reached by a
-// jump: inlined, the registers its sections need made every free save and
-// restore two more (62 instructions). Every other case (a block of another
+// per-CPU path (free_percpu) is a function of its own, reached by a jump:
+// inlined, the registers its sections need made every free save and restore
+// two more (62 instructions). Every other case (a block of another
 // thread's span, a large block, NULL, a bad pointer) goes to free_slow, which
 // is never inlined.
 #pragma once
@@ -62,6 +62,14 @@ FW_NOINLINE void free_slow_sized(Lab* lab, void* p, Span* d, size_t n, bool alig
 // The same check for per-CPU mode, then percpu_free_slow.
 FW_NOINLINE void free_slow_sized_percpu(void* p, Span* d, size_t n, bool aligned);
 
+// The per-CPU fast path, out of line: inlined, the registers its sections need
+// made every per-thread free save and restore two more. Defined once, in
+// free.cpp: an inline or template function would be emitted in each file that
+// uses it, and the linker's discarded copies would leave their rseq descriptors
+// (section __rseq_cs) pointing into discarded code, which lld refuses.
+FW_NOINLINE void free_percpu(void* p);
+FW_NOINLINE void free_percpu_sized(void* p, size_t n, bool aligned);
+
 // free_block_impl<false> is free(); free_block_impl<true> also checks the size.
 template <bool kSized>
 FW_INLINE void free_block_impl(void* p, size_t n, bool aligned);
@@ -100,7 +108,7 @@ FW_INLINE bool free_fast_checks(void* p, const Span* d, unsigned c, size_t n, bo
 // first, once the span is known to hold small blocks: owned (HOT), or FULL or
 // PARTIAL by its anchor. Every other block goes to percpu_free_slow.
 template <bool kSized>
-FW_NOINLINE void free_block_percpu(void* p, size_t n, bool aligned) {
+FW_INLINE void free_block_percpu(void* p, size_t n, bool aligned) {
   Span* slice = region_slice_of(p);
   if (FW_UNLIKELY(slice == nullptr)) return percpu_free_slow(p, nullptr, false);
   Span* d = span_in_slice(slice, p);
@@ -131,7 +139,10 @@ FW_NOINLINE void free_block_percpu(void* p, size_t n, bool aligned) {
 
 template <bool kSized>
 FW_INLINE void free_block_impl(void* p, size_t n, bool aligned) {
-  if (FW_HAS_RSEQ && FW_LIKELY(percpu_on())) return free_block_percpu<kSized>(p, n, aligned);
+  if (FW_HAS_RSEQ && FW_LIKELY(percpu_on())) {
+    if constexpr (kSized) return free_percpu_sized(p, n, aligned);
+    return free_percpu(p);
+  }
   Lab* lab = lab_current();
   lab_set_current(&g_lab_busy);
   std::atomic_signal_fence(std::memory_order_seq_cst);
