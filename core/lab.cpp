@@ -210,7 +210,7 @@ bool kept_switch(Lab* lab, unsigned c) {
   if (best == nullptr) return false;
   unsigned i = 0;
   while (lab->kept[c][i] != best) i++;
-  lab->kept[c][i] = lab->hot[c];  // its own list stays with it (empty: refill took it)
+  lab->kept[c][i] = lab->hot[c];  // its own list is empty (the hot span's always is)
   lab->hot[c] = best;
   lab->free[c] = take_local(best);  // empty if its free blocks are remote: collected next
   return true;
@@ -272,12 +272,6 @@ void lab_flush(Lab* lab) {
   for (unsigned c = 0; c < kClassCount; c++) {
     release_kept(lab, c);
     if (lab->hot[c] == nullptr) continue;
-    if (void* local = take_local(lab->hot[c])) {  // in front of free[c]
-      void* tail = local;
-      while (block_next(tail) != nullptr) tail = block_next(tail);
-      block_link(tail, lab->free[c]);
-      lab->free[c] = local;
-    }
     span_release(lab->hot[c], lab->free[c]);
     lab->hot[c] = nullptr;
     lab->free[c] = nullptr;
@@ -304,7 +298,6 @@ void* lab_refill(Lab* lab, unsigned c) {
       return p;
     }
     if (Span* s = lab->hot[c]) {
-      if ((lab->free[c] = take_local(s)) != nullptr) continue;
       if ((lab->free[c] = span_collect(s)) != nullptr) continue;
       if ((lab->free[c] = span_carve(s)) != nullptr) continue;
       // s has no block left to give.
@@ -324,7 +317,7 @@ void* lab_refill(Lab* lab, unsigned c) {
     void* list;
     Span* s = acquire_span(lab, c, &list);
     if (s == nullptr) return nullptr;
-    span_local(s).store(0, std::memory_order_relaxed);  // pool_next until now (span.h)
+    span_local(s).store(0, std::memory_order_relaxed);  // pool_next until now (span.h); kept with it later
     lab->hot[c] = s;
     lab->free[c] = list != nullptr ? list : span_carve(s);
   }
@@ -434,11 +427,12 @@ bool lab_is_valid(const Lab* lab) {
       }
     }
     if (n > carved) ok = report_invariant("lab: free list longer than the span (cycle?)", c);
-    if (!local_list_is_valid(s)) ok = false;
+    if (span_local(s).load(std::memory_order_relaxed) != 0)
+      ok = report_invariant("lab: hot span with an own list (its frees go onto free[c])", span_index(s));
   }
   for (unsigned c = 0; c < kClassCount; c++) {
     unsigned kept = lab->kept_n[c];
-    if (kept > kKeptSpans || (kept > 0 && !keeps_spans(lab))) {
+    if (kept > kept_limit(c) || (kept > 0 && !keeps_spans(lab))) {
       ok = report_invariant("lab: kept spans in a LAB that keeps none, or too many", c);
       continue;
     }

@@ -34,9 +34,10 @@
 //   kept[c][0..kept_n[c]) are distinct HOT spans of class c with owner == this
 //   LAB, none of them hot[c], at most kept_limit(c) of them; only per-thread
 //   LABs outside secure mode keep spans (keeps_spans), every other LAB has
-//   kept_n[c] == 0. Every span this LAB owns (hot or kept) has an own list
-//   (span_local, span.h) of local_count of its blocks, which its holder pushes
-//   onto (frees into kept spans) and a refill takes.
+//   kept_n[c] == 0. Each kept span has an own list (span_local, span.h) of
+//   local_count of its blocks, which its holder pushes onto and a refill takes
+//   when the span becomes hot; the hot span's own list is always empty (frees
+//   into it go onto free[c]).
 //   for each pending chain ch: ch.span == nullptr  <=>  the chain is empty;
 //   otherwise ch is the slot of ch.span (pending_slot), and head..tail holds
 //   pending_count(ch) = pending_limit - room >= 1 checked, canaried blocks of
@@ -76,9 +77,7 @@ constexpr unsigned kLabQuarantine = 256;  // secure mode: freed blocks a thread 
 constexpr unsigned kKeptSpans = 16;
 // And at most kKeptBytes of them per class: 16 spans of 64 KiB (blocks up to
 // 1 KiB), 4 of the 256 KiB spans of bigger blocks. Counted in spans alone, a
-// cache could keep 4 MiB per class of big blocks, and a CPU cache that threads
-// preempted in slow paths keep replacing grew producer-consumer RSS by a
-// quarter (test_churn under load).
+// cache could keep 4 MiB per class of big blocks.
 constexpr uint32_t kKeptBytes = 1024 * 1024;
 FW_INLINE unsigned kept_limit(unsigned c) {
   uint32_t n = kKeptBytes / class_info(c).span_bytes;
