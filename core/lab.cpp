@@ -76,7 +76,7 @@ void lab_thread_exit(void* arg) {
   std::atomic_signal_fence(std::memory_order_seq_cst);
   lab_flush_quarantine(lab);  // an idle LAB holds no quarantine
   lab_flush(lab);
-  g_threads_live.fetch_sub(1, std::memory_order_relaxed);
+  percpu_thread_unbound(g_threads_live.fetch_sub(1, std::memory_order_relaxed) - 1);
   telemetry_event(FWT_EV_THREAD_EXIT, lab->id, 0, 0);
   lab_put(lab);
   std::atomic_signal_fence(std::memory_order_seq_cst);

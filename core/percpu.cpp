@@ -25,6 +25,9 @@ constinit std::atomic<int> g_decision{kUndecided};
 // starts when the threads bound to caches are more than twice the CPUs.
 constinit std::atomic<bool> g_armed{false};
 constinit uint32_t g_cpus_online = 0;
+// The threads bound to caches were more than twice the CPUs when the last
+// thread bound one, and none has exited since to bring them back below.
+constinit std::atomic<bool> g_over{false};
 
 // The CPU's slot array and counter rows; false if there is no memory for them.
 bool make_tables(ptrdiff_t off) {
@@ -132,7 +135,15 @@ bool percpu_start() {
 void percpu_thread_bound(uint64_t threads_live) {
   // g_cpus_online is read only after the acquire that publishes it.
   if (!g_armed.load(std::memory_order_acquire) || percpu_on()) return;
-  if (threads_live > 2 * uint64_t(g_cpus_online)) g_percpu.on.store(true, std::memory_order_release);
+  if (threads_live <= 2 * uint64_t(g_cpus_online)) return;
+  // Over the limit at a second bind in a row: the threads are many, not just
+  // a successor that started before its predecessor exited.
+  if (g_over.exchange(true, std::memory_order_relaxed)) g_percpu.on.store(true, std::memory_order_release);
+}
+
+void percpu_thread_unbound(uint64_t threads_live) {
+  if (!g_armed.load(std::memory_order_acquire) || percpu_on()) return;
+  if (threads_live <= 2 * uint64_t(g_cpus_online)) g_over.store(false, std::memory_order_relaxed);
 }
 
 const char* percpu_mode_name() { return percpu_on() ? "per-CPU" : "per-thread"; }

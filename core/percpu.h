@@ -37,8 +37,8 @@
 // while the threads bound to LABs are at most twice the CPUs (a main thread
 // and a worker per CPU, say), where the per-thread fast path is the cheaper
 // one (no atomic count) and its caches hold at most twice what per-CPU caches
-// would; per-CPU from the moment there are more (percpu_thread_bound), where
-// per-thread caches would multiply with threads.
+// would; per-CPU once there are more at two binds in a row
+// (percpu_thread_bound), where per-thread caches would multiply with threads.
 // The switch happens once and is never undone: LABs bound before it stay
 // registered with their threads (their exit makes them idle), and each such
 // thread's first per-CPU slow path gives its LAB's spans back. 0: per-thread.
@@ -74,8 +74,15 @@ FW_INLINE bool percpu_on() { return g_percpu.on.load(std::memory_order_acquire);
 bool percpu_start();
 // A thread was just bound to a LAB, making threads_live of them (per-thread
 // mode): with FREEWAY_PERCPU=2, switches to per-CPU mode when they are more
-// than twice the CPUs.
+// than twice the CPUs at this bind and were already at the bind before, with
+// no exit in between that brought them back (percpu_thread_unbound). A thread
+// that starts its successor and then exits (a hand-off: Larson's server, a
+// pool that replaces its workers) makes the count pass the limit at one bind
+// and fall back at the next exit: one thread too many for a moment, which
+// does not multiply caches, and which per-thread caches serve faster.
 void percpu_thread_bound(uint64_t threads_live);
+// A thread's LAB was released at its exit, leaving threads_live bound.
+void percpu_thread_unbound(uint64_t threads_live);
 // The mode's name for reports: "per-CPU" or "per-thread".
 const char* percpu_mode_name();
 

@@ -1,13 +1,19 @@
 /* cache_mode.c: prints which caches freeway chose (core/percpu.h) after a
    little multithreaded work (CACHE_MODE_THREADS threads at once, 8 if unset),
    and whether the C library registered rseq for this thread. Run preloaded by tests/scripts/cache_mode.sh; freeway's API is
-   found with dlsym, so the program runs without freeway too ("mode: none"). */
+   found with dlsym, so the program runs without freeway too ("mode: none").
+   CACHE_MODE_HANDOFF=G: the threads hand off G times: each starts a successor
+   when its work is done, waits until every thread of the next generation has
+   made its first call, and exits, so that at each hand-off main, the old
+   generation and the new one are alive at once (1 + 2 x CACHE_MODE_THREADS). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static void* work(void* arg) {
   unsigned seed = (unsigned)(size_t)arg;
@@ -25,17 +31,63 @@ static void* work(void* arg) {
   return NULL;
 }
 
+static int g_threads, g_generations;
+static pthread_t g_thread[256][64];       // [generation][slot], written by the creator before
+                                          // the created thread reads it (through g_created)
+static _Atomic int g_created[256][64];
+static _Atomic int g_started[256];        // threads of generation g that made their first call
+static _Atomic int g_failed;
+
+static void* handoff(void* arg) {
+  size_t slot = (size_t)arg & 0xff, gen = (size_t)arg >> 8;
+  void* first = malloc(16);  // binds this thread's cache
+  free(first);
+  atomic_fetch_add(&g_started[gen], 1);
+  struct timespec ms = {0, 1000000};
+  if (gen > 0) {
+    /* Wait until the predecessor has exited, so that only two generations
+       are ever alive at once. */
+    while (!atomic_load(&g_created[gen][slot])) nanosleep(&ms, NULL);
+    pthread_join(g_thread[gen - 1][slot], NULL);
+  }
+  if (work((void*)(slot + 1)) != NULL) atomic_store(&g_failed, 1);
+  if (gen + 1 == (size_t)g_generations) return NULL;
+  if (pthread_create(&g_thread[gen + 1][slot], NULL, handoff, (void*)(slot | (gen + 1) << 8)) != 0) {
+    atomic_store(&g_failed, 1);
+    return NULL;
+  }
+  atomic_store(&g_created[gen + 1][slot], 1);
+  while (atomic_load(&g_started[gen + 1]) < g_threads) nanosleep(&ms, NULL);
+  return NULL;
+}
+
 int main(void) {
   pthread_t t[64];
   const char* env = getenv("CACHE_MODE_THREADS");
   int n = env != NULL ? atoi(env) : 8;
   if (n < 1 || n > 64) n = 8;
-  for (int i = 0; i < n; i++) pthread_create(&t[i], NULL, work, (void*)(size_t)(i + 1));
+  const char* hand = getenv("CACHE_MODE_HANDOFF");
+  g_threads = n;
+  g_generations = hand != NULL ? atoi(hand) + 1 : 1;
+  if (g_generations < 1 || g_generations > 256) g_generations = 1;
   int bad = 0;
-  for (int i = 0; i < n; i++) {
-    void* r;
-    pthread_join(t[i], &r);
-    bad |= r != NULL;
+  if (g_generations > 1) {
+    /* Each generation joins the one before; main joins the last. */
+    int last = g_generations - 1;
+    for (int i = 0; i < n; i++) pthread_create(&g_thread[0][i], NULL, handoff, (void*)(size_t)i);
+    struct timespec ms = {0, 1000000};
+    for (int i = 0; i < n; i++) {
+      while (!atomic_load(&g_created[last][i]) && !atomic_load(&g_failed)) nanosleep(&ms, NULL);
+      if (atomic_load(&g_created[last][i])) pthread_join(g_thread[last][i], NULL);
+    }
+    bad = atomic_load(&g_failed);
+  } else {
+    for (int i = 0; i < n; i++) pthread_create(&t[i], NULL, work, (void*)(size_t)(i + 1));
+    for (int i = 0; i < n; i++) {
+      void* r;
+      pthread_join(t[i], &r);
+      bad |= r != NULL;
+    }
   }
   int (*per_cpu)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "fw_caches_per_cpu");
   int (*check)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "fw_check_heap");

@@ -7,6 +7,8 @@
 #   default, 32 threads at once      per-CPU where rseq is registered (more threads than
 #                                    twice the CPUs, up to 31 CPUs), else per-thread
 #   default, 1 thread                per-thread (main and one thread: never more than 2 x CPUs)
+#   default, CPUs threads handing    per-thread: at each hand-off main, the old and the new
+#     off 8 times                    threads are 2 x CPUs + 1 for a moment, then the old exit
 #   FREEWAY_PERCPU=1, 1 thread       per-CPU where rseq is registered
 #   FREEWAY_PERCPU=0                 per-thread, nothing on stderr
 #   FREEWAY_SECURE=1                 per-thread (secure mode keeps per-thread quarantines)
@@ -48,6 +50,9 @@ elif [ "$registered" != registered ]; then
   run percpu=1,1-thread per-thread 1 FREEWAY_PERCPU=1 CACHE_MODE_THREADS=1
 fi
 run default,1-thread per-thread 0 CACHE_MODE_THREADS=1
+if [ "$cpus" -le 64 ]; then
+  run default,hand-off per-thread 0 CACHE_MODE_THREADS=$cpus CACHE_MODE_HANDOFF=8
+fi
 run percpu=0 per-thread 0 FREEWAY_PERCPU=0
 run secure per-thread 0 FREEWAY_SECURE=1
 if [ "$registered" = registered ]; then
