@@ -72,6 +72,18 @@ FW_NOINLINE void* malloc_secure(Lab* lab, unsigned c, size_t n) {
 
 }  // namespace
 
+void* alloc_class_percpu(unsigned c, size_t n) {
+  uint32_t cpu;
+  void* p = os::rseq_pop(g_percpu.rseq_off, reinterpret_cast<void* const*>(g_percpu.slots), g_percpu.ncpu, c,
+                         g_list_key.load(std::memory_order_relaxed), &cpu);
+  if (FW_UNLIKELY(p == nullptr)) return percpu_malloc_slow(c, n);
+#if FREEWAY_HARDENING
+  clear_canary(p);
+#endif
+  percpu_count_at(cpu, c);
+  return p;
+}
+
 void* malloc_slow(Lab* lab, unsigned c, size_t n) {
   if (FW_UNLIKELY(secure_mode())) return malloc_secure(lab, c, n);
   void* p;

@@ -1,12 +1,15 @@
 // core/alloc.h: malloc's fast path, and the allocation entry points of the core.
 //
 // The fast path (alloc_small) is what almost every malloc runs:
-//   load the thread slot; store BUSY to it; class table load; load free[c];
-//   test; load next (decode); store free[c]; clear the block's free canary;
-//   bump allocs[c]; store the LAB back to the slot.
-// Budget: 24 instructions on x86-64 for malloc(n <= 1024), call and return
-// included (docs/design.md has the measured count). Everything else is in
-// alloc.cpp and never inlined.
+//   size test; class table load; test the per-CPU flag; load the thread slot;
+//   store BUSY to it; load free[c]; test; load next (decode); store free[c];
+//   clear the block's free canary; bump allocs[c]; store the LAB back.
+// 28 instructions on x86-64 for malloc(n <= 1024) up to the return (GCC 12,
+// objdump; docs/design.md). When free[c] is empty, the hot span's own list
+// (the blocks the thread freed into it since, lab.h) becomes free[c] in a
+// branch of 6 more instructions; everything else is in alloc.cpp and never
+// inlined, the per-CPU path included (reached by a jump, so that the
+// per-thread path saves no registers).
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -28,18 +31,11 @@ FW_NOINLINE void* malloc_medium_or_large(size_t n);
 FW_COLD void alloc_out_of_memory(size_t n);
 
 // Per-CPU mode (percpu.h): a pop from the current CPU's LAB in one restartable
-// section, then the count (percpu_count_at).
-FW_INLINE void* alloc_class_percpu(unsigned c, size_t n) {
-  uint32_t cpu;
-  void* p = os::rseq_pop(g_percpu.rseq_off, reinterpret_cast<void* const*>(g_percpu.slots), g_percpu.ncpu, c,
-                         g_list_key.load(std::memory_order_relaxed), &cpu);
-  if (FW_UNLIKELY(p == nullptr)) return percpu_malloc_slow(c, n);
-#if FREEWAY_HARDENING
-  clear_canary(p);
-#endif
-  percpu_count_at(cpu, c);
-  return p;
-}
+// section, then the count (percpu_count_at). A function of its own, reached by
+// a jump, for the reasons free_percpu is (free.h): inlined, the registers its
+// section needs made every per-thread malloc save and restore three more; and
+// defined once, in alloc.cpp, for its rseq descriptor.
+FW_NOINLINE void* alloc_class_percpu(unsigned c, size_t n);
 
 // A block of class c for a request of n bytes.
 FW_INLINE void* alloc_class(unsigned c, size_t n) {
@@ -48,7 +44,12 @@ FW_INLINE void* alloc_class(unsigned c, size_t n) {
   lab_set_current(&g_lab_busy);
   std::atomic_signal_fence(std::memory_order_seq_cst);  // BUSY is set before the LAB is touched
   void* p = lab->free[c];
-  if (FW_UNLIKELY(p == nullptr)) return malloc_slow(lab, c, n);
+  if (FW_UNLIKELY(p == nullptr)) {
+    // The blocks the thread freed into its hot span since (its own list, lab.h)
+    // are the next to give; anything else is the slow path's.
+    Span* h = lab->hot[c];
+    if (h == nullptr || (p = own_take(h)) == nullptr) return malloc_slow(lab, c, n);
+  }
   lab->free[c] = block_next(p);
 #if FREEWAY_HARDENING
   clear_canary(p);

@@ -3,7 +3,7 @@
 // Besides each structure's own is_valid, it checks the block equation of every
 // size class, which ties the thread caches, the spans and the counters together:
 //   sum over spans of class c of (carved - remote free - owner-side free),
-//   owner-side free being the LABs' free[c] lists and their kept spans' own lists,
+//   owner-side free being the LABs' free[c] lists and their owned spans' own lists,
 //     == allocs(c) - frees(c)
 // It is exact only while no other thread allocates or frees.
 #include "core/arena.h"
@@ -30,9 +30,9 @@ int check_heap() {
       uint64_t n = 0;
       for (void* b = lab->free[c]; b != nullptr && n < (1u << 20); b = block_next(b)) n++;
       in_use[c] -= n;  // owner-side free blocks (wraps back when the spans are added)
-      // The own lists of its kept spans (its hot span has none: lab_is_valid).
-      for (unsigned i = 0; i < lab->kept_n[c] && i < kKeptSpans; i++)
-        in_use[c] -= local_count(span_local(lab->kept[c][i]).load(std::memory_order_relaxed));
+      // The own lists of its hot and kept spans.
+      if (lab->hot[c] != nullptr) in_use[c] -= own_count(lab->hot[c]);
+      for (unsigned i = 0; i < lab->kept_n[c] && i < kKeptSpans; i++) in_use[c] -= own_count(lab->kept[c][i]);
     }
   }
   Span* table = g_spans.load(std::memory_order_acquire);

@@ -1,20 +1,21 @@
 // core/free.h: free's fast path.
 //
-// The fast path (free_block) handles a block of the calling thread's own hot
-// span, which is what a thread freeing its own recent allocations hits, a block
-// of a span its LAB keeps (lab.h, kept spans: its older blocks), and a
-// block of a span that already has a pending chain in the LAB with room left
-// (lab.h), so frees into spans the thread let float cost one CAS per chain
-// (up to kPendingBytes of blocks), not one each. For its own hot span:
+// The fast path (free_block) handles a block of a span the calling thread's
+// LAB owns, its hot span of the class or one it keeps (lab.h: its older
+// blocks), in one path with no search, and a block of a span that already has
+// a pending chain in the LAB with room left (lab.h), so frees into spans the
+// thread let float cost one CAS per chain (up to kPendingBytes of blocks), not
+// one each. For an owned span:
 //   test the per-CPU flag; load the thread slot; store BUSY; region map load;
-//   descriptor class load; compare hot[class] with the descriptor; block check
-//   (subtract the span's colour, multiply, rotate, compare with carved); canary
-//   check and set; link the block into free[c]; bump frees[c]; restore the slot.
-// 55 instructions on x86-64 up to the return (GCC 12, objdump); the kept-span
-// and pending cases are branches of their own of about the same length. The
+//   descriptor load; compare its owner with the LAB; own-list count against
+//   carved; block check (subtract the span's colour, multiply, rotate, compare
+//   with carved); canary check and set; push onto the span's own list (head and
+//   count in the descriptor); bump frees[c]; restore the slot.
+// 61 instructions on x86-64 up to the return (GCC 12, objdump); the pending
+// case is a branch of its own of about the same length. The
 // per-CPU path (free_percpu) is a function of its own, reached by a jump:
 // inlined, the registers its sections need made every free save and restore
-// two more (62 instructions). Every other case (a block of another
+// more. Every other case (a block of another
 // thread's span, a large block, NULL, a bad pointer) goes to free_slow, which
 // is never inlined.
 #pragma once
@@ -77,19 +78,19 @@ FW_INLINE void free_block_impl(void* p, size_t n, bool aligned);
 FW_INLINE void free_block(void* p) { free_block_impl<false>(p, 0, false); }
 FW_INLINE void free_block_sized(void* p, size_t n, bool aligned) { free_block_impl<true>(p, n, aligned); }
 
-// The checks both fast-path cases make on block p of span d, class c: the size
-// of a sized free, and (hardening, secure.h) that p starts a carved block and
-// is not free already; then p's free canary is set. false: take the slow path.
+// The checks both fast-path cases make on block p of span d, class c, with
+// `carved` blocks: the size of a sized free, and (hardening, secure.h) that p
+// starts a carved block and is not free already; then p's free canary is set.
+// false: take the slow path.
 template <bool kSized>
-FW_INLINE bool free_fast_checks(void* p, const Span* d, unsigned c, size_t n, bool aligned) {
+FW_INLINE bool free_fast_checks(void* p, const Span* d, unsigned c, uint32_t carved, size_t n, bool aligned) {
   if constexpr (kSized) {
     // A mismatch stops the process: nothing to keep across the call.
     if (FW_UNLIKELY(!sized_free_fits(n, class_block_size(c), aligned))) report_sized_free(p, n, class_block_size(c));
   }
 #if FREEWAY_HARDENING
   uint64_t canary = canary_of(p);
-  if (FW_UNLIKELY(block_number(p, c, d->offset.load(std::memory_order_relaxed)) >=
-                      d->carved.load(std::memory_order_relaxed) ||
+  if (FW_UNLIKELY(block_number(p, c, d->offset.load(std::memory_order_relaxed)) >= carved ||
                   static_cast<uint64_t*>(p)[1] == canary))
     return false;
   static_cast<uint64_t*>(p)[1] = canary;
@@ -121,7 +122,8 @@ FW_INLINE void free_block_percpu(void* p, size_t n, bool aligned) {
     }
   }
   unsigned c = d->cls.load(std::memory_order_relaxed);
-  if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, c, n, aligned))) return percpu_free_slow(p, d, false);
+  if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, c, d->carved.load(std::memory_order_relaxed), n, aligned)))
+    return percpu_free_slow(p, d, false);
   void* const* slots = reinterpret_cast<void* const*>(g_percpu.slots);
   const uintptr_t key = g_list_key.load(std::memory_order_relaxed);
   uint32_t cpu;
@@ -138,9 +140,9 @@ FW_INLINE void free_block_percpu(void* p, size_t n, bool aligned) {
 }
 
 template <bool kSized>
-FW_INLINE void free_block_impl(void* p, size_t n, bool aligned) {
+FW_INLINE void free_block_impl(void* p, size_t n_size, bool aligned) {
   if (FW_HAS_RSEQ && FW_LIKELY(percpu_on())) {
-    if constexpr (kSized) return free_percpu_sized(p, n, aligned);
+    if constexpr (kSized) return free_percpu_sized(p, n_size, aligned);
     return free_percpu(p);
   }
   Lab* lab = lab_current();
@@ -149,31 +151,29 @@ FW_INLINE void free_block_impl(void* p, size_t n, bool aligned) {
   Span* slice = region_slice_of(p);
   if (FW_UNLIKELY(slice == nullptr)) return free_slow(lab, p, nullptr);
   Span* d = span_in_slice(slice, p);
-  // kNoClass for a span without small blocks, whose hot[] entry is always null.
+  // kNoClass for a span without small blocks, which no LAB owns.
   const unsigned c = d->cls.load(std::memory_order_relaxed);
-  if (FW_LIKELY(lab->hot[c] == d)) {
-    // Our own hot span: onto its owner-side list.
-    if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, c, n, aligned))) return free_slow(lab, p, d);
-    block_link(p, lab->free[c]);
-    lab->free[c] = p;
-  } else if (d->owner.load(std::memory_order_relaxed) == lab) {
-    // A span the LAB keeps (lab.h): onto the span's own list, unless this is
-    // its last block in use (then the slow path gives the span back).
-    uint32_t w = span_local(d).load(std::memory_order_relaxed);
-    if (FW_UNLIKELY(kept_push_empties(d, w))) {
-      if constexpr (kSized) return free_slow_sized(lab, p, d, n, aligned);
+  if (FW_LIKELY(d->owner.load(std::memory_order_relaxed) == lab)) {
+    // A span the LAB owns, hot or kept (lab.h): onto the span's own list,
+    // unless that would list every carved block (a kept span's last block in
+    // use: the slow path gives the span back).
+    uint32_t n = own_count(d);
+    const uint32_t carved = d->carved.load(std::memory_order_relaxed);
+    if (FW_UNLIKELY(n + 1 >= carved)) {  // own_push_empties
+      if constexpr (kSized) return free_slow_sized(lab, p, d, n_size, aligned);
       return free_slow(lab, p, d);
     }
-    if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, c, n, aligned))) return free_slow(lab, p, d);
-    kept_push(d, p, w);
+    if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, c, carved, n_size, aligned))) return free_slow(lab, p, d);
+    own_push(d, p, n);
   } else {
     // A span with a pending chain in this LAB that has room: onto the chain.
     PendingChain* ch = &lab->pending[pending_slot(d)];
     if (FW_UNLIKELY(d != ch->span || chain_room(ch->top) == 0)) {
-      if constexpr (kSized) return free_slow_sized(lab, p, d, n, aligned);
+      if constexpr (kSized) return free_slow_sized(lab, p, d, n_size, aligned);
       return free_slow(lab, p, d);
     }
-    if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, c, n, aligned))) return free_slow(lab, p, d);
+    if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, c, d->carved.load(std::memory_order_relaxed), n_size, aligned)))
+      return free_slow(lab, p, d);
     block_link(p, chain_head(ch->top));
     ch->top = chain_top(p, chain_room(ch->top) - 1);
   }

@@ -159,28 +159,35 @@ bool keeps_spans(const Lab* lab) {
   return lab->kind.load(std::memory_order_relaxed) == kLabThread && !secure_mode();
 }
 
-// Takes owned span s's own list (span_local); nullptr if it is empty.
-void* take_local(Span* s) {
-  uint32_t w = span_local(s).load(std::memory_order_relaxed);
-  if (w == 0) return nullptr;
-  span_local(s).store(0, std::memory_order_relaxed);
-  return local_head(span_base(s), w);
-}
-
 // Blocks kept span k has free: on its owner-side list and on its remote list.
 uint32_t kept_free_count(const Span* k) {
-  return local_count(span_local(k).load(std::memory_order_relaxed)) +
-         Anchor::unpack(k->anchor.load(std::memory_order_relaxed)).count;
+  return own_count(k) + Anchor::unpack(k->anchor.load(std::memory_order_relaxed)).count;
 }
 
 // Gives kept span i of class c back with its list (it becomes FULL, PARTIAL or
 // FREE by its free count, span_release) and drops it from the array.
 void kept_release(Lab* lab, unsigned c, unsigned i) {
   Span* k = lab->kept[c][i];
-  uint32_t w = span_local(k).load(std::memory_order_relaxed);
-  span_local(k).store(0, std::memory_order_relaxed);
+  uint32_t n = own_count(k);
+  void* list = own_take(k);
   lab->kept[c][i] = lab->kept[c][--lab->kept_n[c]];
-  span_release_counted(k, local_head(span_base(k), w), local_count(w));
+  span_release_counted(k, list, n);
+}
+
+// Gives the hot span of class c back with its blocks on free[c] and its own
+// list, and leaves the class without one.
+void hot_release(Lab* lab, unsigned c) {
+  Span* s = lab->hot[c];
+  void* list = lab->free[c];
+  if (void* own = own_take(s)) {  // prepend the own list: span_release counts the whole list
+    void* tail = own;
+    while (block_next(tail) != nullptr) tail = block_next(tail);
+    block_link(tail, list);
+    list = own;
+  }
+  span_release(s, list);
+  lab->hot[c] = nullptr;
+  lab->free[c] = nullptr;
 }
 
 // Gives back every kept span of class c.
@@ -210,18 +217,17 @@ bool kept_switch(Lab* lab, unsigned c) {
   if (best == nullptr) return false;
   unsigned i = 0;
   while (lab->kept[c][i] != best) i++;
-  lab->kept[c][i] = lab->hot[c];  // its own list is empty (the hot span's always is)
+  lab->kept[c][i] = lab->hot[c];  // exhausted: free[c] and its own list are empty (lab_refill)
   lab->hot[c] = best;
-  lab->free[c] = take_local(best);  // empty if its free blocks are remote: collected next
+  lab->free[c] = own_take(best);  // empty if its free blocks are remote: collected next
   return true;
 }
 
-// Frees block p (checked and canaried) of kept span d of class c; gives d back
-// when that leaves it no block in use.
-void kept_free(Lab* lab, void* p, Span* d, unsigned c) {
-  uint32_t w = span_local(d).load(std::memory_order_relaxed);
-  kept_push(d, p, w);
-  if (kept_free_count(d) < d->carved.load(std::memory_order_relaxed)) return;
+// Frees block p (checked and canaried) of owned span d of class c onto its own
+// list; gives a kept span back when that leaves it no block in use.
+void owned_free(Lab* lab, void* p, Span* d, unsigned c) {
+  own_push(d, p, own_count(d));
+  if (d == lab->hot[c] || kept_free_count(d) < d->carved.load(std::memory_order_relaxed)) return;
   for (unsigned i = 0; i < lab->kept_n[c]; i++) {
     if (lab->kept[c][i] == d) return kept_release(lab, c, i);
   }
@@ -271,10 +277,7 @@ void lab_flush(Lab* lab) {
   lab_flush_pending(lab);
   for (unsigned c = 0; c < kClassCount; c++) {
     release_kept(lab, c);
-    if (lab->hot[c] == nullptr) continue;
-    span_release(lab->hot[c], lab->free[c]);
-    lab->hot[c] = nullptr;
-    lab->free[c] = nullptr;
+    if (lab->hot[c] != nullptr) hot_release(lab, c);
   }
 }
 
@@ -298,6 +301,7 @@ void* lab_refill(Lab* lab, unsigned c) {
       return p;
     }
     if (Span* s = lab->hot[c]) {
+      if ((lab->free[c] = own_take(s)) != nullptr) continue;  // the blocks its holder freed
       if ((lab->free[c] = span_collect(s)) != nullptr) continue;
       if ((lab->free[c] = span_carve(s)) != nullptr) continue;
       // s has no block left to give.
@@ -317,7 +321,7 @@ void* lab_refill(Lab* lab, unsigned c) {
     void* list;
     Span* s = acquire_span(lab, c, &list);
     if (s == nullptr) return nullptr;
-    span_local(s).store(0, std::memory_order_relaxed);  // pool_next until now (span.h); kept with it later
+    own_set(s, nullptr, 0);  // pool_next and large_size meant other things until now (span.h)
     lab->hot[c] = s;
     lab->free[c] = list != nullptr ? list : span_carve(s);
   }
@@ -326,12 +330,7 @@ void* lab_refill(Lab* lab, unsigned c) {
 void lab_free_block(Lab* lab, void* p, Span* d) {
   unsigned c = d->cls.load(std::memory_order_relaxed);
   if (d->owner.load(std::memory_order_relaxed) == lab) {
-    if (d == lab->hot[c]) {
-      block_link(p, lab->free[c]);
-      lab->free[c] = p;
-    } else {
-      kept_free(lab, p, d, c);
-    }
+    owned_free(lab, p, d, c);
   } else {
     lab_defer_free(lab, d, p);  // batched: one CAS per run of frees into one span
   }
@@ -368,19 +367,18 @@ uint64_t lab_threads_created() { return g_threads_created.load(std::memory_order
 
 namespace {
 
-// The own list (span_local) of a span a LAB owns: blocks of it, as many as its count.
-bool local_list_is_valid(const Span* s) {
-  uint32_t w = span_local(s).load(std::memory_order_relaxed);
+// The own list (own_head, span.h) of a span a LAB owns: blocks of it, as many as its count.
+bool own_list_is_valid(const Span* s) {
   uintptr_t base = span_blocks(s);
   uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
   uint32_t carved = s->carved.load(std::memory_order_relaxed);
   uint32_t n = 0;
-  for (void* b = local_head(span_base(s), w); b != nullptr && n <= carved; b = block_next(b), n++) {
+  for (void* b = own_head(s); b != nullptr && n <= carved; b = block_next(b), n++) {
     uintptr_t off = reinterpret_cast<uintptr_t>(b) - base;
     if (reinterpret_cast<uintptr_t>(b) < base || off % bsize != 0 || off / bsize >= carved)
       return report_invariant("lab: an owned span's own list holds a block not of it", span_index(s));
   }
-  if (n != local_count(w)) return report_invariant("lab: an owned span's own list differs from its count", span_index(s));
+  if (n != own_count(s)) return report_invariant("lab: an owned span's own list differs from its count", span_index(s));
   return true;
 }
 
@@ -427,8 +425,7 @@ bool lab_is_valid(const Lab* lab) {
       }
     }
     if (n > carved) ok = report_invariant("lab: free list longer than the span (cycle?)", c);
-    if (span_local(s).load(std::memory_order_relaxed) != 0)
-      ok = report_invariant("lab: hot span with an own list (its frees go onto free[c])", span_index(s));
+    if (!own_list_is_valid(s)) ok = false;
   }
   for (unsigned c = 0; c < kClassCount; c++) {
     unsigned kept = lab->kept_n[c];
@@ -444,7 +441,7 @@ bool lab_is_valid(const Lab* lab) {
         ok = report_invariant("lab: kept span not HOT, not ours, of another class, or the hot one", span_index(s));
       for (unsigned j = 0; j < i; j++)
         if (lab->kept[c][j] == s) ok = report_invariant("lab: span kept twice", span_index(s));
-      if (!local_list_is_valid(s)) ok = false;
+      if (!own_list_is_valid(s)) ok = false;
     }
   }
   return ok;

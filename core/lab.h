@@ -1,8 +1,13 @@
 // core/lab.h: local allocation buffers (scalloc §3.4): the thread cache.
 //
-// A LAB holds, per size class, one hot span and that span's owner-side free
-// list, and (per-thread LABs) up to kKeptSpans spans per class it filled
-// before (kept spans, below). Only the LAB's holder touches free[], hot[] and kept[], with
+// A LAB holds, per size class, one hot span, a list of its blocks to hand out
+// (free[c]), and (per-thread LABs) up to kKeptSpans spans per class it filled
+// before (kept spans, below). Frees of blocks of the spans it owns, hot or
+// kept, go onto each span's own list in its descriptor (own_head, span.h):
+// one path for both, with no search, as mimalloc's local free lists; a
+// refill moves the hot span's own list to free[c] when free[c] runs dry.
+// (Per-CPU fast paths push a block of the hot span onto free[c] directly.)
+// Only the LAB's holder touches free[], hot[] and kept[], with
 // plain loads and stores; other threads reach its spans only through their
 // anchors (remote free). A LAB is held by one thread at a time:
 //   - bound to a thread: from the thread's first malloc/free until it exits;
@@ -29,15 +34,14 @@
 //   hot[c] == nullptr  =>  free[c] == nullptr
 //   hot[c] != nullptr  =>  hot[c] is HOT with owner == this LAB and class c, and
 //                          free[c] lists only blocks of hot[c]
+//   every span the LAB owns (hot or kept) has an own list (own_head, span.h)
+//   of own_count of its blocks, which its holder pushes onto
 //   allocs[c], frees[c] are written only by the LAB's holder (relaxed); a
 //   thread frees into another thread's span counts the free in its own LAB.
 //   kept[c][0..kept_n[c]) are distinct HOT spans of class c with owner == this
 //   LAB, none of them hot[c], at most kept_limit(c) of them; only per-thread
 //   LABs outside secure mode keep spans (keeps_spans), every other LAB has
-//   kept_n[c] == 0. Each kept span has an own list (span_local, span.h) of
-//   local_count of its blocks, which its holder pushes onto and a refill takes
-//   when the span becomes hot; the hot span's own list is always empty (frees
-//   into it go onto free[c]).
+//   kept_n[c] == 0.
 //   for each pending chain ch: ch.span == nullptr  <=>  the chain is empty;
 //   otherwise ch is the slot of ch.span (pending_slot), and head..tail holds
 //   pending_count(ch) = pending_limit - room >= 1 checked, canaried blocks of
@@ -63,8 +67,8 @@ constexpr unsigned kLabQuarantine = 256;  // secure mode: freed blocks a thread 
 // to give, the LAB does not let it float (HOT -> FULL, after which even its own
 // thread's frees into it are remote, through pending chains and a CAS per
 // chain): it keeps owning it, up to kept_limit(c) spans per class. Its thread
-// then frees blocks of a kept span with plain stores onto the span's own list
-// (span_local, span.h), and a later refill makes the kept
+// then frees blocks of a kept span with plain stores onto the span's own list,
+// as into the hot span, and a later refill makes the kept
 // span with the most free blocks the hot one again. A thread that allocates and
 // frees its own blocks in random order (a server's sessions, Larson) thus keeps
 // all its frees local while its live blocks of a class fit in kKeptSpans + 1
@@ -176,15 +180,18 @@ FW_INLINE void lab_count(std::atomic<uint64_t>& counter) {
 #endif
 }
 
-// Kept span s's list, word w, would hold every carved block after one more
-// push: that free is left to the slow path (lab_free_block), which gives s back.
-FW_INLINE bool kept_push_empties(const Span* s, uint32_t w) {
-  return local_count(w) + 1 >= s->carved.load(std::memory_order_relaxed);
+// Owned span s's own list, holding n blocks now, would hold every carved block
+// after one more push. For a kept span that is its last block in use: that
+// free is left to the slow path (lab_free_block), which gives s back. (A hot
+// span takes the slow path too then, which only pushes.)
+FW_INLINE bool own_push_empties(const Span* s, uint32_t n) {
+  return n + 1 >= s->carved.load(std::memory_order_relaxed);
 }
-// The owner pushes block p (checked and canaried) onto kept span s's list, word w.
-FW_INLINE void kept_push(Span* s, void* p, uint32_t w) {
-  block_link(p, local_head(reinterpret_cast<uintptr_t>(p) & ~(kVspanSize - 1), w));
-  span_local(s).store(local_word(p, local_count(w) + 1), std::memory_order_relaxed);
+// The owner pushes block p (checked and canaried) onto owned span s's own
+// list, which holds n blocks now.
+FW_INLINE void own_push(Span* s, void* p, uint32_t n) {
+  block_link(p, own_head(s));
+  own_set(s, p, n + 1);
 }
 
 // A LAB bound to the calling thread (released at its exit); nullptr if no memory.

@@ -34,7 +34,7 @@
 //   owner       the LAB that claims the span (after its claim CAS), and that LAB
 //               again just before its release CAS. Read by the free fast path,
 //               which only compares it with its own LAB.
-//   cls, block_size, capacity, run_len, offset, large_size
+//   cls, block_size, capacity, run_len, offset, large_size (large heads)
 //               the thread that holds the span exclusively (just popped it from
 //               the pool or a run cache), before publishing it with a CAS.
 //               cls stays when the span is freed: it says where the span's
@@ -45,9 +45,10 @@
 //   guard_page  whoever holds the vspan exclusively (it describes the vspan's
 //               page protection, whatever the vspan is used for).
 //   committed   the exclusive holder (pool pop/push, run alloc/free).
-//   pool_next, reuse_next  the stacks (tagged_stack.h). While a span is HOT and
-//               kept by its owner beside its hot span (lab.h, kept spans),
-//               pool_next is its owner-side free list instead (span_local).
+//   pool_next, reuse_next  the stacks (tagged_stack.h). While a span is HOT,
+//               pool_next counts its owner-side free list instead (own_head).
+//   large_size  a large or huge head's usable bytes; while a small span is
+//               HOT, the head of its owner-side free list (own_head).
 // Equations (span_is_valid):
 //   state in {FULL, PARTIAL}: count <= carved <= capacity, list has count blocks
 //   state FULL:    count + (capacity - carved) <  reuse threshold
@@ -144,28 +145,28 @@ FW_INLINE void* block_at(uintptr_t base, uint32_t index) {
   return index == 0 ? nullptr : reinterpret_cast<void*>(base + (uintptr_t(index - 1) << 4));
 }
 
-// The owner-side list of a kept span (lab.h: a span a per-thread LAB keeps
-// owning beside its hot span of the class). It lives in the descriptor's
-// pool_next word, which only the span-pool uses, and only while the span is
-// FREE; a stale reader of a pool stack may still load it, which its tagged CAS
-// then rejects. Written by the owner only (relaxed load and store); read by
-// fw_check_heap and telemetry.
-//   bits  0..16  head   (offset of the first block in its vspan) / 16 + 1; 0 = empty
-//   bits 17..31  count  blocks on the list
-constexpr unsigned kLocalCountShift = 17;
-static_assert(kVspanSize / 16 + 1 < (1u << kLocalCountShift), "a block's vspan offset / 16 fits the head");
-static_assert(kVspanSize / 16 < (1u << (32 - kLocalCountShift)), "a span's block count fits the count");
-FW_INLINE std::atomic<uint32_t>& span_local(Span* s) { return s->pool_next; }
-FW_INLINE const std::atomic<uint32_t>& span_local(const Span* s) { return s->pool_next; }
-FW_INLINE uint32_t local_count(uint32_t w) { return w >> kLocalCountShift; }
-// The head of list word w of a span whose vspan starts at vspan_base.
-FW_INLINE void* local_head(uintptr_t vspan_base, uint32_t w) {
-  uint32_t h = w & ((1u << kLocalCountShift) - 1);
-  return h == 0 ? nullptr : reinterpret_cast<void*>(vspan_base + (uintptr_t(h - 1) << 4));
+// The owner-side list of an owned span (lab.h: a HOT span's owner LAB frees
+// its blocks onto it, the hot span's as well as its kept spans'; a refill
+// moves it to the LAB's free[c] when the span is, or becomes, hot). It lives
+// in the descriptor: the head in `large_size` (which only large and huge
+// blocks use; links are encoded as in free[c], secure.h), the count in
+// `pool_next` (which only the span-pool uses, and only while the span is FREE;
+// a stale reader of a pool stack may still load it, which its tagged CAS then
+// rejects). Written by the owner only (relaxed loads and stores); the count is
+// read by fw_check_heap and telemetry.
+FW_INLINE void* own_head(const Span* s) {
+  return reinterpret_cast<void*>(uintptr_t(s->large_size.load(std::memory_order_relaxed)));
 }
-// The word of a list that starts at block p (not null) and holds count blocks.
-FW_INLINE uint32_t local_word(const void* p, uint32_t count) {
-  return uint32_t(((reinterpret_cast<uintptr_t>(p) & (kVspanSize - 1)) >> 4) + 1) | (count << kLocalCountShift);
+FW_INLINE uint32_t own_count(const Span* s) { return s->pool_next.load(std::memory_order_relaxed); }
+FW_INLINE void own_set(Span* s, void* head, uint32_t count) {
+  s->large_size.store(reinterpret_cast<uintptr_t>(head), std::memory_order_relaxed);
+  s->pool_next.store(count, std::memory_order_relaxed);
+}
+// Takes owned span s's own list (emptying it); nullptr if it is empty.
+FW_INLINE void* own_take(Span* s) {
+  void* head = own_head(s);
+  if (head != nullptr) own_set(s, nullptr, 0);
+  return head;
 }
 // Free blocks a non-hot span needs before it is reusable.
 uint32_t reuse_threshold(uint32_t capacity);

@@ -94,9 +94,10 @@ void mirror_span(const Span& d, fwt_span* out) {
     r.capacity = d.capacity.load(std::memory_order_relaxed);
     r.run_len = d.run_len.load(std::memory_order_relaxed);
     r.committed = d.committed.load(std::memory_order_relaxed);
-    r.large_size = d.large_size.load(std::memory_order_relaxed);
+    // large_size is a large head's size; a HOT span's own list head (span.h).
+    if (a.state == kLarge || a.state == kHuge) r.large_size = d.large_size.load(std::memory_order_relaxed);
     // An owned span's own list (lab.h); pool_next means nothing in other states.
-    if (a.state == kHot) r.own_free = local_count(span_local(&d).load(std::memory_order_relaxed));
+    if (a.state == kHot) r.own_free = own_count(&d);
     // acquire fence: the field loads above happen before the anchor re-read.
     std::atomic_thread_fence(std::memory_order_acquire);
     if (d.anchor.load(std::memory_order_relaxed) == before) break;

@@ -144,7 +144,8 @@ typedef struct fwt_span {
   uint64_t committed;     /* bytes committed from the span's base (run head: whole run) */
   uint64_t large_size;    /* LARGE/HUGE head: usable bytes of the block */
   uint32_t own_free;      /* since 1.2: HOT span: blocks on its owner's list in the descriptor (the span's
-                             own list, core/lab.h); a reader of 1.0/1.1 records sees 0 */
+                             own list, core/lab.h: its owner's frees into it, hot span or kept); a reader
+                             of 1.0/1.1 records sees 0 */
   uint32_t reserved;
 } fwt_span;
 

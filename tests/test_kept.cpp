@@ -19,7 +19,7 @@ constexpr size_t kSize = 64;
 
 uint32_t per_span() { return class_info(class_of(kSize)).capacity; }
 uint32_t state_of(const Span* s) { return Anchor::unpack(s->anchor.load()).state; }
-uint32_t local_of(const Span* s) { return local_count(span_local(s).load()); }
+uint32_t local_of(const Span* s) { return own_count(s); }
 unsigned kept_count() { return lab_current()->kept_n[class_of(kSize)]; }
 
 // Blocks of n spans of kSize, allocated in order by the calling thread; the

@@ -28,12 +28,30 @@ TEST_CASE("a thread's first call binds a LAB through the EMPTY placeholder") {
   }).join();
 }
 
-TEST_CASE("a block freed by its owner is the next one handed out") {
-  void* a = fw_malloc(100);
-  fw_free(a);
-  void* b = fw_malloc(100);
-  CHECK(a == b);
-  fw_free(b);
+TEST_CASE("a block its owner frees goes onto its span's own list, handed out again when free[c] runs dry") {
+  std::thread([] {
+    void* a = fw_malloc(100);
+    Span* s = span_of(a);
+    Lab* lab = lab_current();
+    unsigned c = s->cls.load();
+    REQUIRE(lab->hot[c] == s);
+    fw_free(a);
+    CHECK(own_count(s) == 1);
+    CHECK(own_head(s) == a);
+    // The blocks on free[c] come first; then the own list's, a first.
+    uint32_t on_free = 0;
+    for (void* b = lab->free[c]; b != nullptr; b = block_next(b)) on_free++;
+    std::vector<void*> got;
+    for (uint32_t i = 0; i < on_free; i++) got.push_back(fw_malloc(100));
+    CHECK(lab->free[c] == nullptr);
+    for (void* b : got) CHECK(b != a);
+    void* again = fw_malloc(100);
+    CHECK(again == a);
+    CHECK(own_count(s) == 0);
+    got.push_back(again);
+    for (void* b : got) fw_free(b);
+    CHECK(fw_check_heap() == 0);
+  }).join();
 }
 
 TEST_CASE("a call made while the thread is inside malloc is served by a transient LAB") {
