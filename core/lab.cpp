@@ -69,16 +69,96 @@ void lab_put(Lab* lab) {
   g_idle.push(lab->id);
 }
 
+// --- Parking (lab.h) ---
+// Slot i holds a parked LAB or null. A LAB enters an empty slot with a CAS
+// (release: its lists and spans are complete before another thread can take
+// it) and leaves it with a CAS to null (acq_rel), by which one thread becomes
+// its only holder. Taking whichever LAB a slot holds at the CAS is correct
+// even if it left and came back meanwhile: it is parked either way.
+constinit std::atomic<Lab*> g_parked[kMaxParked]{};
+constinit std::atomic<uint32_t> g_parked_slots{0};
+
+unsigned parked_slots() {
+  uint32_t n = g_parked_slots.load(std::memory_order_relaxed);
+  if (n == 0) {
+    n = uint32_t(os::cpu_count());
+    if (n > kMaxParked) n = kMaxParked;
+    if (n == 0) n = 1;
+    g_parked_slots.store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+// Parks lab (its holder's last act, at thread exit): false if every slot is taken.
+bool park(Lab* lab) {
+  lab->parked_at.store(os::now_ns(), std::memory_order_relaxed);
+  lab->kind.store(kLabParked, std::memory_order_relaxed);
+  for (unsigned i = 0, n = parked_slots(); i < n; i++) {
+    Lab* empty = nullptr;
+    if (g_parked[i].compare_exchange_strong(empty, lab, std::memory_order_release, std::memory_order_relaxed))
+      return true;
+  }
+  lab->kind.store(kLabThread, std::memory_order_relaxed);
+  return false;
+}
+
+// Takes the LAB parked last (the likeliest to hold the blocks a successor was
+// handed), or nullptr if none is.
+Lab* unpark() {
+  for (int attempt = 0; attempt < 4; attempt++) {
+    unsigned best = kMaxParked;
+    uint64_t best_at = 0;
+    Lab* best_lab = nullptr;
+    for (unsigned i = 0, n = parked_slots(); i < n; i++) {
+      Lab* l = g_parked[i].load(std::memory_order_relaxed);
+      if (l == nullptr) continue;
+      uint64_t at = l->parked_at.load(std::memory_order_relaxed);
+      if (best_lab == nullptr || at > best_at) {
+        best = i;
+        best_at = at;
+        best_lab = l;
+      }
+    }
+    if (best_lab == nullptr) return nullptr;
+    if (g_parked[best].compare_exchange_strong(best_lab, nullptr, std::memory_order_acq_rel,
+                                               std::memory_order_relaxed))
+      return best_lab;
+  }
+  return nullptr;  // the slots kept changing: a LAB from the idle stack will do
+}
+
+// Flushes and makes idle the parked LABs parked before `before` (every one
+// for UINT64_MAX).
+void expire_parked(uint64_t before) {
+  for (unsigned i = 0, n = parked_slots(); i < n; i++) {
+    Lab* l = g_parked[i].load(std::memory_order_relaxed);
+    if (l == nullptr || l->parked_at.load(std::memory_order_relaxed) >= before) continue;
+    if (!g_parked[i].compare_exchange_strong(l, nullptr, std::memory_order_acq_rel, std::memory_order_relaxed))
+      continue;
+    lab_flush(l);
+    lab_put(l);
+  }
+}
+
+void expire_old_parked() {
+  uint64_t now = os::now_ns();
+  if (now > kParkedNs) expire_parked(now - kParkedNs);
+}
+
 // Runs at thread exit (platform thread-exit hook) with the thread's LAB.
 void lab_thread_exit(void* arg) {
   Lab* lab = static_cast<Lab*>(arg);
   lab_set_current(&g_lab_busy);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   lab_flush_quarantine(lab);  // an idle LAB holds no quarantine
-  lab_flush(lab);
   percpu_thread_unbound(g_threads_live.fetch_sub(1, std::memory_order_relaxed) - 1);
   telemetry_event(FWT_EV_THREAD_EXIT, lab->id, 0, 0);
-  lab_put(lab);
+  expire_old_parked();
+  lab_flush_pending(lab);  // blocks of spans it does not own: theirs now
+  if (percpu_on() || !park(lab)) {
+    lab_flush(lab);
+    lab_put(lab);
+  }
   std::atomic_signal_fence(std::memory_order_seq_cst);
   lab_set_current(&g_lab_dead);
 }
@@ -93,7 +173,10 @@ Span* acquire_span(Lab* lab, unsigned c, void** list) {
   Span* s = pool_take_span(class_info(c).span_bytes);
   if (s == nullptr || !span_make_hot(s, c, lab)) return nullptr;
   uint64_t every = uint64_t(option(Option::peak_sample));
-  if (every > 0 && g_acquisitions.fetch_add(1, std::memory_order_relaxed) % every == 0) stats_sample_peak();
+  if (every > 0 && g_acquisitions.fetch_add(1, std::memory_order_relaxed) % every == 0) {
+    stats_sample_peak();
+    expire_old_parked();  // the heap grows: spans parked too long go back
+  }
   return s;
 }
 
@@ -104,7 +187,8 @@ Lab* lab_bind_thread() {
   // A signal handler that ran just before this thread's first call set BUSY may
   // already have bound a LAB for the thread: use that one, never a second.
   if (Lab* bound = static_cast<Lab*>(os::thread_exit_registered())) return bound;
-  Lab* lab = lab_take();
+  Lab* lab = unpark();
+  if (lab == nullptr) lab = lab_take();
   if (lab == nullptr) return nullptr;
   lab->kind.store(kLabThread, std::memory_order_relaxed);
   percpu_thread_bound(g_threads_live.fetch_add(1, std::memory_order_relaxed) + 1);
@@ -156,7 +240,8 @@ void chain_flush(Lab* lab, unsigned i) {
 // held 1.8 times its live bytes instead of 1.5 and grew under load, in the mode
 // whose point is memory that follows CPUs (docs/benchmarks.md).
 bool keeps_spans(const Lab* lab) {
-  return lab->kind.load(std::memory_order_relaxed) == kLabThread && !secure_mode();
+  uint32_t kind = lab->kind.load(std::memory_order_relaxed);
+  return (kind == kLabThread || kind == kLabParked) && !secure_mode();
 }
 
 // Blocks kept span k has free: on its owner-side list and on its remote list.
@@ -244,6 +329,15 @@ void flush_pending_class(Lab* lab, unsigned c) {
 
 void lab_flush_pending(Lab* lab) {
   for (unsigned i = 0; i < kPendingChains; i++) chain_flush(lab, i);
+}
+
+void lab_collect_parked() { expire_parked(UINT64_MAX); }
+
+uint32_t lab_parked_count() {
+  uint32_t n = 0;
+  for (unsigned i = 0, slots = parked_slots(); i < slots; i++)
+    n += g_parked[i].load(std::memory_order_relaxed) != nullptr;
+  return n;
 }
 
 uint32_t lab_pending_count(const Lab* lab) {

@@ -11,9 +11,12 @@
 // plain loads and stores; other threads reach its spans only through their
 // anchors (remote free). A LAB is held by one thread at a time:
 //   - bound to a thread: from the thread's first malloc/free until it exits;
-//     at exit its hot and kept spans are released (they become FULL, PARTIAL or FREE and
-//     other threads adopt them from the reusable stacks and the pool) and the
-//     LAB returns to the idle stack;
+//     at exit the LAB is parked with its hot and kept spans (below), or, when
+//     no parking slot is free, its spans are released (they become FULL,
+//     PARTIAL or FREE and other threads adopt them from the reusable stacks and
+//     the pool) and the LAB returns to the idle stack;
+//   - parked: held by no thread, waiting in a parking slot for the next thread
+//     that binds a LAB, which takes it whole;
 //   - transient: taken from the idle stack for one operation by a call that
 //     cannot use its thread's LAB (see below), then returned with its hot spans.
 //
@@ -59,9 +62,29 @@
 
 namespace fw {
 
-enum LabKind : uint32_t { kLabIdle = 0, kLabThread = 1, kLabTransient = 2, kLabCpu = 3 };  // kLabCpu: percpu.h
+// kLabCpu: percpu.h; kLabParked: a dead thread's LAB with its spans, waiting for the next thread (below).
+enum LabKind : uint32_t { kLabIdle = 0, kLabThread = 1, kLabTransient = 2, kLabCpu = 3, kLabParked = 4 };
 
 constexpr unsigned kLabQuarantine = 256;  // secure mode: freed blocks a thread holds back (secure_heap.h)
+
+// Parking. A thread that hands its blocks to a successor and exits (a server
+// that replaces its workers; Larson) would otherwise release its spans at
+// exit: they float, and the successor frees the blocks it was handed into
+// spans it does not own, each run of frees a CAS, while it carves or adopts
+// spans of its own. Instead the exiting thread's LAB, with its hot and kept
+// spans (pending chains are given to their spans first), waits in one of
+// min(CPUs, kMaxParked) parking slots, and the next thread to bind a LAB takes
+// the LAB parked last, whole: its frees of the blocks it was handed are then
+// owner frees on the fast path, and it allocates from the spans the dead
+// thread left half used, as mimalloc's threads reclaim abandoned segments.
+// Bound: a parked LAB not taken within kParkedNs is flushed by whichever
+// thread next exits or takes spans from the span-pool (every peak_sample
+// acquisitions), and fw_collect flushes every parked LAB; so parked LABs add
+// at most min(CPUs, 64) LABs' worth of spans to the blowup bound's per-cache
+// term, for at most kParkedNs past the next such event (docs/design.md).
+// Threads do not park in per-CPU mode, where no thread binds a LAB.
+constexpr unsigned kMaxParked = 64;
+constexpr uint64_t kParkedNs = 100u * 1000 * 1000;  // 100 ms
 
 // Kept spans. When a per-thread LAB's hot span of class c has no block left
 // to give, the LAB does not let it float (HOT -> FULL, after which even its own
@@ -135,6 +158,7 @@ struct Lab {
   std::atomic<uint64_t> frees[kClassCount];
   std::atomic<uint32_t> kind;
   uint32_t id;
+  std::atomic<uint64_t> parked_at;  // os::now_ns() when it was parked (kLabParked)
   std::atomic<uint32_t> idle_next;  // link in the idle stack
   std::atomic<Lab*> all_next;       // link in the list of every LAB ever made
   // Secure mode only (secure_heap.h), written by the holder alone: blocks its
@@ -214,6 +238,10 @@ void lab_collect_current();
 void lab_defer_free(Lab* lab, Span* s, void* p);
 // Gives every pending chain of lab to its span.
 void lab_flush_pending(Lab* lab);
+// Flushes every parked LAB and makes it idle (fw_collect).
+void lab_collect_parked();
+// Parked LABs now (a figure).
+uint32_t lab_parked_count();
 // Blocks lab holds in pending chains (a figure; plain reads of the holder's fields).
 uint32_t lab_pending_count(const Lab* lab);
 // Allocation from lab for class c when free[c] is empty: collect remote frees,

@@ -31,7 +31,8 @@
 
 #define FWT_MAGIC 0x4d454c4554574600ull /* bytes "\0FWTELEM" read as little-endian u64 */
 #define FWT_VERSION_MAJOR 1
-#define FWT_VERSION_MINOR 2  /* 1: FWT_LAB_CPU and fwt_lab.cpu_slot (was padding); 2: fwt_span.own_free */
+#define FWT_VERSION_MINOR 3  /* 1: FWT_LAB_CPU and fwt_lab.cpu_slot (was padding); 2: fwt_span.own_free;
+                                3: FWT_LAB_PARKED */
 #define FWT_PATH_PREFIX "/dev/shm/freeway." /* + decimal pid */
 #define FWT_EXE_MAX 256
 
@@ -56,8 +57,9 @@ enum fwt_span_flags {
 };
 
 enum fwt_region_kind { FWT_REGION_UNUSED = 0, FWT_REGION_ARENA = 1, FWT_REGION_HUGE = 2 };
-/* CPU: a cache of per-CPU mode (core/percpu.h), in a CPU's slot or held by a slow path. */
-enum fwt_lab_kind { FWT_LAB_IDLE = 0, FWT_LAB_THREAD = 1, FWT_LAB_TRANSIENT = 2, FWT_LAB_CPU = 3 };
+/* CPU: a cache of per-CPU mode (core/percpu.h), in a CPU's slot or held by a slow path.
+   PARKED (1.3): a dead thread's cache, kept with its spans for the next thread (core/lab.h). */
+enum fwt_lab_kind { FWT_LAB_IDLE = 0, FWT_LAB_THREAD = 1, FWT_LAB_TRANSIENT = 2, FWT_LAB_CPU = 3, FWT_LAB_PARKED = 4 };
 
 enum fwt_event_kind {
   FWT_EV_NONE = 0,

@@ -37,6 +37,7 @@ FW_API int fw_owns(const void* p) { return fw::arena_owns(p) || fw::zero_owns(p)
 FW_API void fw_collect(void) {
   fw::quarantine_flush();
   fw::lab_collect_current();
+  fw::lab_collect_parked();
   fw::percpu_collect();
   fw::pool_collect();
 }

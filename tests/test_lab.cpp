@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "core/free.h"
 #include "core/lab.h"
 #include "freeway.h"
+#include "platform/os.h"
 
 using namespace fw;
 
@@ -72,11 +74,12 @@ TEST_CASE("a call made while the thread is inside malloc is served by a transien
   CHECK(fw_check_heap() == 0);
 }
 
-TEST_CASE("thread exit releases the hot spans and other threads adopt them") {
+TEST_CASE("a parked LAB's spans, released by fw_collect, are adopted by other threads") {
   std::vector<void*> kept;
   std::thread([&] {
     for (int i = 0; i < 5000; i++) kept.push_back(fw_malloc(200));
   }).join();
+  fw_collect();  // flushes the parked LAB (lab.h, parking)
   // The exited thread's spans are no longer hot: they are FULL or PARTIAL.
   for (void* p : kept) {
     uint32_t st = Anchor::unpack(span_of(p)->anchor.load()).state;
@@ -169,7 +172,101 @@ TEST_CASE("frees into spans the thread let float wait in pending chains, one per
     for (void* p : others)
       if (p != other) fw_free(p);
   }).join();
-  // Thread exit gave every chain to its span: `first` is empty, so it is FREE.
+  // Thread exit gave every chain to its span and parked the LAB (lab.h), which
+  // may hold `first` again (adopted when it became reusable); once fw_collect
+  // has flushed the parked LAB, `first`, empty, is FREE.
+  CHECK(fw_check_heap() == 0);
+  fw_collect();
   CHECK(Anchor::unpack(first->anchor.load()).state == kFree);
+  CHECK(fw_check_heap() == 0);
+}
+
+TEST_CASE("a thread's LAB is parked at exit with its spans, and the next thread takes it whole: its frees of the blocks it was handed are owner frees") {
+  fw_collect();  // no LAB parked from earlier cases
+  std::vector<void*> handed;
+  Lab* dead = nullptr;
+  std::thread([&] {
+    for (int i = 0; i < 3000; i++) handed.push_back(fw_malloc(200));
+    dead = lab_current();
+  }).join();
+  CHECK(dead->kind.load() == kLabParked);
+  CHECK(lab_parked_count() == 1);
+  for (void* p : handed) {
+    CHECK(span_of(p)->owner.load() == dead);  // still its, HOT
+    CHECK(Anchor::unpack(span_of(p)->anchor.load()).state == kHot);
+  }
+  CHECK(fw_check_heap() == 0);
+  std::thread([&] {
+    void* first = fw_malloc(16);
+    CHECK(lab_current() == dead);  // taken whole
+    CHECK(dead->kind.load() == kLabThread);
+    CHECK(lab_parked_count() == 0);
+    for (void* p : handed) fw_free(p);
+    // Every free was an owner free: nothing waits in a pending chain, and no
+    // span saw a remote free.
+    CHECK(lab_pending_count(dead) == 0);
+    for (void* p : handed) CHECK(Anchor::unpack(span_of(p)->anchor.load()).count == 0);
+    fw_free(first);
+    CHECK(fw_check_heap() == 0);
+  }).join();
+  fw_collect();
+  CHECK(fw_check_heap() == 0);
+}
+
+TEST_CASE("a parked LAB not taken within kParkedNs is flushed at the next thread exit") {
+  fw_collect();
+  std::atomic<bool> go{false};
+  std::atomic<Lab*> early{nullptr};
+  // Bound before the other thread parks, so that it does not take that LAB.
+  std::thread waiter([&] {
+    fw_free(fw_malloc(16));
+    early = lab_current();
+    while (!go.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  while (early.load() == nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::vector<void*> v;
+  Lab* parked = nullptr;
+  std::thread([&] {
+    for (int i = 0; i < 1000; i++) v.push_back(fw_malloc(100));
+    parked = lab_current();
+  }).join();
+  REQUIRE(parked != early);
+  CHECK(parked->kind.load() == kLabParked);
+  std::this_thread::sleep_for(std::chrono::nanoseconds(kParkedNs + kParkedNs / 2));
+  go = true;
+  waiter.join();  // its exit flushes the LAB parked too long, then parks its own
+  CHECK(parked->kind.load() == kLabIdle);
+  for (void* p : v) CHECK(span_of(p)->owner.load() != parked);
+  CHECK(early.load()->kind.load() == kLabParked);
+  for (void* p : v) fw_free(p);
+  fw_collect();
+  CHECK(lab_parked_count() == 0);
+  CHECK(fw_check_heap() == 0);
+}
+
+TEST_CASE("at most min(CPUs, kMaxParked) LABs are parked; a thread exiting when every slot is taken releases its spans") {
+  fw_collect();
+  const unsigned slots = unsigned(os::cpu_count()) < kMaxParked ? unsigned(os::cpu_count()) : kMaxParked;
+  const unsigned n = slots + 2;
+  std::atomic<unsigned> bound{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> t;
+  std::vector<void*> blocks(n);
+  for (unsigned i = 0; i < n; i++)
+    t.emplace_back([&, i] {
+      blocks[i] = fw_malloc(48);
+      bound++;
+      while (!go.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+  while (bound.load() < n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  go = true;
+  for (auto& th : t) th.join();
+  CHECK(lab_parked_count() == slots);
+  unsigned released = 0;
+  for (void* p : blocks) released += span_of(p)->owner.load() == nullptr;
+  CHECK(released >= n - slots);  // the threads that found no slot
+  for (void* p : blocks) fw_free(p);
+  fw_collect();
+  CHECK(lab_parked_count() == 0);
   CHECK(fw_check_heap() == 0);
 }

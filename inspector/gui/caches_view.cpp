@@ -42,7 +42,7 @@ void draw_caches(App& app, UiState&, Rect r) {
         else if (l.alive)
           ImGui::TextColored(ImVec4(0.45f, 0.85f, 0.5f, 1), "thread");
         else
-          ImGui::TextDisabled(l.kind == FWT_LAB_IDLE ? "idle" : "gone");
+          ImGui::TextDisabled(l.kind == FWT_LAB_IDLE ? "idle" : l.kind == FWT_LAB_PARKED ? "parked" : "gone");
         ImGui::TableNextColumn();
         ImGui::Text("%u", l.hot_spans);
         ImGui::TableNextColumn();
