@@ -11,8 +11,8 @@ namespace fw {
 
 #define FW_OPTIONS(X)                                                                           \
   X(verbose, 0, "1: print the options at start and a statistics summary at exit")               \
-  X(retain_mb, 32, "MiB of empty spans kept committed for reuse before decommitting")           \
-  X(decommit_kb, 4096, "empty spans or freed large runs bigger than this many KiB are decommitted at once") \
+  X(retain_mb, 32, "MiB of freed spans and runs kept committed for reuse (or a quarter of the heap's bytes in use, if more)") \
+  X(decay_ms, 1000, "freed spans and runs kept committed give their pages back after this many ms unused; 0: at once") \
   X(reuse_percent, 25, "a full span becomes reusable when this percent of its blocks are free (Hoard f)") \
   X(pool_stacks, 0, "stacks in the span-pool; 0 = one per CPU (at most 64)")                    \
   X(peak_sample, 64, "sample live bytes for the peak figure every this many span acquisitions") \

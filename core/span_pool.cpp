@@ -35,47 +35,22 @@ std::atomic<int64_t> g_pooled_spans{0};
 std::atomic<uint64_t> g_given_spans{0};     // spans ever given back (a run counts each)
 std::atomic<uint64_t> g_coalesced_at{0};    // g_given_spans when the pool was last merged
 
-// The retain budget follows demand. It starts at FREEWAY_RETAIN_MB. Pages the
-// pool gave back for want of budget (the shortfall) that the program then
-// needs again within the same period, as fresh commits, raise the budget by
-// that much: a workload that frees and reallocates a big working set in
-// cycles stops faulting it in each cycle. Every kDecayNs the part above the
-// base halves and the shortfall is forgotten, so the budget falls back when
-// the demand stops.
-constexpr uint64_t kDecayNs = 1000000000;  // 1 s
-std::atomic<uint64_t> g_budget{0};         // 0 until first use: the base
-std::atomic<uint64_t> g_shortfall{0};
-std::atomic<uint64_t> g_decayed_at{0};
+// Commit policy (span_pool.h): what enters the pool keeps its pages, stamped
+// with the time it came in (pool_stamp), unless the retained bytes would pass
+// retain_bound(); a purge pass gives back the pages of whatever has waited
+// longer than FREEWAY_DECAY_MS. Passes run from pool_give and pool_take_*, at
+// most one every quarter of the delay (g_purged_at, claimed with a CAS).
+std::atomic<uint64_t> g_purged_at{0};  // ms
 
-uint64_t base_budget() { return uint64_t(option(Option::retain_mb)) << 20; }
+uint64_t now_ms() { return os::now_ns() / 1000000; }
+uint64_t decay_ms() { return uint64_t(option(Option::decay_ms)); }
 
-// The budget now, for a base of `base` bytes (base_budget()).
-uint64_t budget_now(uint64_t base) {
-  uint64_t b = g_budget.load(std::memory_order_relaxed);
-  if (b < base) b = base;
-  uint64_t now = os::now_ns(), at = g_decayed_at.load(std::memory_order_relaxed);
-  if (now - at > kDecayNs && g_decayed_at.compare_exchange_strong(at, now, std::memory_order_relaxed)) {
-    uint64_t periods = (now - at) / kDecayNs;  // halve once per second gone by
-    b = base + (periods >= 64 ? 0 : (b - base) >> periods);
-    g_budget.store(b, std::memory_order_relaxed);
-    g_shortfall.store(0, std::memory_order_relaxed);
-  }
-  return b;
-}
-
-// n fresh bytes are about to be committed (page faults ahead): if the pool
-// gave pages back for want of budget in this period, that was premature.
-void note_demand(uint64_t n) {
-  uint64_t s = g_shortfall.load(std::memory_order_relaxed);
-  while (s != 0) {
-    uint64_t take = n < s ? n : s;
-    if (g_shortfall.compare_exchange_weak(s, s - take, std::memory_order_relaxed)) {
-      uint64_t b = g_budget.load(std::memory_order_relaxed);
-      uint64_t base = base_budget();
-      g_budget.store((b < base ? base : b) + take, std::memory_order_relaxed);  // a racing add may be lost: a hint
-      return;
-    }
-  }
+// The pool's time stamp of a span or run head it holds: when it came in with
+// its pages, in ms (wrapping at 2^32: ages are compared as differences). It
+// lives in block_size, which only small spans use, and only while not FREE.
+void set_pool_stamp(Span* s, uint64_t ms) { s->block_size.store(uint32_t(ms), std::memory_order_relaxed); }
+uint64_t pool_age_ms(const Span* s, uint64_t now) {
+  return uint32_t(uint32_t(now) - s->block_size.load(std::memory_order_relaxed));
 }
 
 unsigned stack_count() {
@@ -138,6 +113,7 @@ Span* split(uint32_t index, uint32_t m, uint32_t n) {
   if (m > n) {
     Span* rest = span_at(index + n);
     rest->cls.store(uint16_t(kNoClass), std::memory_order_relaxed);  // its pages are a prefix
+    rest->block_size.store(head->block_size.load(std::memory_order_relaxed), std::memory_order_relaxed);  // pool_stamp
     uint64_t c = head->committed.load(std::memory_order_relaxed);
     uint64_t kept = uint64_t(n) << kVspanShift;
     rest->committed.store(c > kept ? c - kept : 0, std::memory_order_relaxed);
@@ -182,15 +158,20 @@ uint32_t take_all() {
 // Gathers every free span and run from every stack and pushes them back as
 // maximal contiguous runs, so that spans freed one by one can serve a long run
 // instead of new address space. Lock-free: each pop and push is; the rest is
-// local work on spans this thread holds. A merged run keeps the committed
-// prefix of its first piece, extended by each later piece that follows a
-// fully committed part; the pages of a piece after a gap are decommitted
-// (they would not be a prefix). Returns true if a run of >= n spans exists afterwards.
+// local work on spans this thread holds. A merged run's committed pages must
+// be a prefix: it keeps those of its first piece, extended by each later piece
+// that follows a fully committed part. A piece with pages after a gap keeps
+// them too: the gap is committed (on Linux bookkeeping only: its pages stay
+// unbacked until touched) when it is no bigger than those pages, else the run
+// ends before the piece. A small span's pages at a colour are never a prefix:
+// such a span stays a run of its own. With `force` (no address space is left
+// for a new region) every piece joins and pages that are not a prefix are
+// given back instead. Returns true if a run of >= n spans exists afterwards.
 // A gathered span's `offset` holds the gathering call's token (top bit set;
 // real offsets of large blocks are below 2^31), so two threads coalescing at
 // the same time each see only the spans they gathered themselves.
 std::atomic<uint32_t> g_coalesce_calls{0};
-bool coalesce(uint32_t n) {
+bool coalesce(uint32_t n, bool force) {
   const uint32_t kGathered = 0x80000000u | (g_coalesce_calls.fetch_add(1, std::memory_order_relaxed) & 0x7fffffffu);
   uint32_t chain = take_all();
   for (uint32_t h = chain; h != kNoIndex; h = span_at(h)->pool_next.load(std::memory_order_relaxed)) {
@@ -200,33 +181,67 @@ bool coalesce(uint32_t n) {
   auto gathered = [kGathered](uint32_t i) {
     return span_at(i)->offset.load(std::memory_order_relaxed) == kGathered;
   };
-  // Every stretch starts at some gathered head: find the starts, measure, unmark.
   uint32_t stretches = kNoIndex;
-  for (uint32_t h = chain; h != kNoIndex; h = span_at(h)->pool_next.load(std::memory_order_relaxed)) {
-    if (!gathered(h) || (h % kVspansPerRegion != 0 && gathered(h - 1))) continue;
-    uint32_t len = 0;
-    while (len < kVspansPerRegion && (len == 0 || (h + len) % kVspansPerRegion != 0) && gathered(h + len)) len++;
-    uint64_t prefix = 0;  // committed bytes from the stretch's base on, without a gap
-    for (uint32_t k = 0; k < len; k++) {
-      Span* piece = span_at(h + k);
-      piece->offset.store(0, std::memory_order_relaxed);
-      if (len == 1) break;  // a single span keeps its pages (and its colour)
+  // Makes [first, first + len) one free run, its pages a prefix.
+  auto settle = [&](uint32_t first, uint32_t len) {
+    uint64_t prefix = 0;  // committed bytes from the run's base on, without a gap
+    const uintptr_t base = span_base(span_at(first));
+    for (uint32_t k = 0; k < len && len > 1; k++) {  // a single span keeps its pages (and its colour)
+      Span* piece = span_at(first + k);
       if (span_window(piece) != 0) decommit_span(piece);  // pages at a colour are no prefix
       piece->cls.store(uint16_t(kNoClass), std::memory_order_relaxed);
       uint64_t c = piece->committed.load(std::memory_order_relaxed);
+      const uint64_t at = uint64_t(k) << kVspanShift;
+      if (c != 0 && k > 0 && prefix < at && !force) {
+        // A gap before pages worth keeping (the cut below saw to that): commit it.
+        if (os::commit(reinterpret_cast<void*>(base + prefix), at - prefix)) {
+          count_committed(int64_t(at - prefix));
+          telemetry_event(FWT_EV_COMMIT, first, base + prefix, at - prefix);
+          prefix = at;
+        }
+      }
       if (k == 0) {
         prefix = c;
-      } else if (c != 0 && prefix == uint64_t(k) << kVspanShift) {
+      } else if (c != 0 && prefix == at) {
         prefix += c;  // everything before it is committed: its pages extend the prefix
         piece->committed.store(0, std::memory_order_relaxed);
       } else {
         decommit_span(piece);  // after a gap: not part of the prefix
       }
     }
-    if (len > 1) span_at(h)->committed.store(prefix, std::memory_order_relaxed);
-    span_at(h)->run_len.store(len, std::memory_order_relaxed);
-    span_at(h)->large_size.store(stretches, std::memory_order_relaxed);
-    stretches = h;
+    if (len > 1) span_at(first)->committed.store(prefix, std::memory_order_relaxed);
+    span_at(first)->run_len.store(len, std::memory_order_relaxed);
+    span_at(first)->large_size.store(stretches, std::memory_order_relaxed);
+    stretches = first;
+  };
+  // Every stretch starts at some gathered head: find the starts, measure, unmark, cut.
+  for (uint32_t h = chain; h != kNoIndex; h = span_at(h)->pool_next.load(std::memory_order_relaxed)) {
+    if (!gathered(h) || (h % kVspansPerRegion != 0 && gathered(h - 1))) continue;
+    uint32_t len = 0;
+    while (len < kVspansPerRegion && (len == 0 || (h + len) % kVspansPerRegion != 0) && gathered(h + len)) len++;
+    for (uint32_t k = 0; k < len; k++) span_at(h + k)->offset.store(0, std::memory_order_relaxed);
+    uint32_t start = 0;
+    uint64_t prefix = 0;  // as settle will count it, for [start, k)
+    for (uint32_t k = 0; k < len && !force; k++) {
+      Span* piece = span_at(h + k);
+      uint64_t c = piece->committed.load(std::memory_order_relaxed);
+      if (c == 0) continue;
+      const bool coloured = span_window(piece) != 0;
+      const uint64_t at = uint64_t(k - start) << kVspanShift;
+      if (k > start && (coloured || at - prefix > c)) {
+        settle(h + start, k - start);  // its pages would be lost in the run so far: cut before it
+        start = k;
+        prefix = 0;
+      }
+      if (coloured) {  // a small span's pages at its colour: a run of its own
+        settle(h + k, 1);
+        start = k + 1;
+        prefix = 0;
+        continue;
+      }
+      prefix = (k == start ? 0 : uint64_t(k - start) << kVspanShift) + c;  // a gap before it is filled
+    }
+    if (start < len) settle(h + start, len - start);
   }
   bool found = false;
   while (stretches != kNoIndex) {
@@ -237,6 +252,81 @@ bool coalesce(uint32_t n) {
     push_free(s, len);
   }
   return found;
+}
+
+// Bytes the pool may keep committed: FREEWAY_RETAIN_MB, or as many as the
+// heap has committed in use (outside the pool) if that is more, so that a big
+// heap's frees of big blocks are kept for reuse too. What is kept goes back
+// after FREEWAY_DECAY_MS unused anyway; this bounds it meanwhile.
+uint64_t retain_bound() {
+  uint64_t base = uint64_t(option(Option::retain_mb)) << 20;
+  uint64_t committed = g_committed.load(std::memory_order_relaxed), kept = g_retained.load(std::memory_order_relaxed);
+  uint64_t in_use = committed > kept ? committed - kept : 0;
+  return in_use > base ? in_use : base;
+}
+
+// One purge pass at a time (a pass that finds another running gives up).
+std::atomic<bool> g_purging{false};
+
+// Gives back the pages of every pooled span and run that came in with them
+// `delay` ms or more before `now`, and then, oldest first, of as many more as
+// it takes to give back `need` bytes in all. Pops what may hold pages (not
+// tier 0) and pushes it back. The caller holds g_purging.
+void purge(uint64_t now, uint64_t delay, uint64_t need) {
+  uint32_t chain = kNoIndex;
+  auto grab = [&](SpanStack& st) {
+    for (uint32_t i = st.pop(); i != kNoIndex; i = st.pop()) {
+      taken(i, span_at(i)->run_len.load(std::memory_order_relaxed));
+      span_at(i)->pool_next.store(chain, std::memory_order_relaxed);
+      chain = i;
+    }
+  };
+  for (unsigned t = 1; t < kTiers; t++)
+    for (auto& st : g_single[t]) grab(st);
+  for (auto& st : g_exact) grab(st);
+  for (auto& st : g_log) grab(st);
+  // Ages by power of two (ms): bucket b holds ages in [2^(b-1), 2^b).
+  constexpr unsigned kBuckets = 33;
+  uint64_t in_bucket[kBuckets] = {};
+  auto bucket = [](uint64_t age) { return age == 0 ? 0u : 32u - unsigned(__builtin_clz(uint32_t(age))); };
+  auto give_back = [&need](Span* s) {
+    uint64_t c = s->committed.load(std::memory_order_relaxed);
+    need = need > c ? need - c : 0;
+    decommit_span(s);
+  };
+  for (uint32_t i = chain; i != kNoIndex; i = span_at(i)->pool_next.load(std::memory_order_relaxed)) {
+    Span* s = span_at(i);
+    uint64_t c = s->committed.load(std::memory_order_relaxed), age = pool_age_ms(s, now);
+    if (c == 0) continue;
+    if (age >= delay)
+      give_back(s);
+    else
+      in_bucket[bucket(age)] += c;
+  }
+  // The oldest buckets whole while they do not cover `need`, then the next one in part.
+  unsigned cut = kBuckets;
+  for (uint64_t sum = 0; need > sum && cut > 0;) sum += in_bucket[--cut];
+  while (chain != kNoIndex) {
+    Span* s = span_at(chain);
+    chain = s->pool_next.load(std::memory_order_relaxed);
+    if (need > 0 && s->committed.load(std::memory_order_relaxed) != 0 && bucket(pool_age_ms(s, now)) >= cut)
+      give_back(s);
+    push_free(s, s->run_len.load(std::memory_order_relaxed));
+  }
+}
+
+bool claim_purge() { return !g_purging.exchange(true, std::memory_order_acquire); }
+void end_purge() { g_purging.store(false, std::memory_order_release); }
+
+// A purge pass for the decay delay, if none ran in the last quarter of it.
+void maybe_purge() {
+  uint64_t delay = decay_ms();
+  if (delay == 0 || g_retained.load(std::memory_order_relaxed) == 0) return;
+  uint64_t now = now_ms(), at = g_purged_at.load(std::memory_order_relaxed);
+  if (now - at < delay / 4 + 1 || !g_purged_at.compare_exchange_strong(at, now, std::memory_order_relaxed)) return;
+  if (!claim_purge()) return;
+  purge(now, delay, 0);
+  end_purge();
 }
 
 Span* fresh(uint32_t n) {
@@ -275,15 +365,52 @@ Span* pool_take_span(uint64_t want) {
 }
 
 // A pooled run of at least n >= 2 spans, split to n; nullptr if none.
-static Span* take_pooled_run(uint32_t n) {
+static Span* take_pooled_run(uint32_t n, uint64_t want) {
   if (n <= kExactRuns) {
     for (uint32_t m = n; m <= kExactRuns; m++) {
-      uint32_t i = g_exact[m].pop();
-      if (i != kNoIndex) return split(i, m, n);
+      // Of the top few runs of this length, one with `want` bytes committed
+      // (no page faults ahead), else the one with the most.
+      uint32_t held[4], nheld = 0, best = kNoIndex;
+      uint64_t best_c = 0;
+      while (nheld < 4) {
+        uint32_t i = g_exact[m].pop();
+        if (i == kNoIndex) break;
+        uint64_t c = span_at(i)->committed.load(std::memory_order_relaxed);
+        if (best == kNoIndex || c > best_c) {
+          if (best != kNoIndex) held[nheld++] = best;
+          best = i;
+          best_c = c;
+        } else {
+          held[nheld++] = i;
+        }
+        if (best_c >= want) break;
+      }
+      while (nheld > 0) g_exact[m].push(held[--nheld]);  // still counted as pooled: not taken
+      if (best != kNoIndex) return split(best, m, n);
     }
   }
-  // Runs in g_log[k] are at least 2^k long: start at the first k with 2^k >= n.
-  for (unsigned k = n <= 64 ? 6 : floor_log2(n - 1) + 1; k < kLogRuns; k++) {
+  // Runs in g_log[k] are at least 2^k long: every run there fits from the
+  // first k with 2^k >= n on. The level below holds runs of [2^k', 2^(k'+1))
+  // with 2^k' < n, of which some may fit (run classes make 1.5 x 2^k' common):
+  // look at its top few first.
+  unsigned first = n <= 64 ? 6 : floor_log2(n - 1) + 1;
+  if (n > 64 && floor_log2(n) < first) {
+    SpanStack& below = g_log[floor_log2(n)];
+    uint32_t held[4], nheld = 0;
+    uint32_t found = kNoIndex;
+    while (nheld < 4) {
+      uint32_t i = below.pop();
+      if (i == kNoIndex) break;
+      if (span_at(i)->run_len.load(std::memory_order_relaxed) >= n) {
+        found = i;
+        break;
+      }
+      held[nheld++] = i;
+    }
+    while (nheld > 0) below.push(held[--nheld]);  // still counted as pooled: not taken
+    if (found != kNoIndex) return split(found, span_at(found)->run_len.load(std::memory_order_relaxed), n);
+  }
+  for (unsigned k = first; k < kLogRuns; k++) {
     uint32_t i = g_log[k].pop();
     if (i != kNoIndex) return split(i, span_at(i)->run_len.load(std::memory_order_relaxed), n);
   }
@@ -292,33 +419,50 @@ static Span* take_pooled_run(uint32_t n) {
 
 Span* pool_take_run(uint32_t n, uint64_t want) {
   if (n == 1) return pool_take_span(want);
-  if (Span* s = take_pooled_run(n)) return s;
+  maybe_purge();
+  if (Span* s = take_pooled_run(n, want)) return s;
   // Before taking new address space, merge the free spans if at least n have
   // been given back since the last merge (so merging never repeats for nothing).
   uint64_t given = g_given_spans.load(std::memory_order_relaxed);
   uint64_t at = g_coalesced_at.load(std::memory_order_relaxed);
   if (given - at >= n && pool_span_count() >= n && g_coalesced_at.compare_exchange_strong(at, given)) {
-    if (coalesce(n))
-      if (Span* s = take_pooled_run(n)) return s;
+    if (coalesce(n, false))
+      if (Span* s = take_pooled_run(n, want)) return s;
   }
   if (Span* s = fresh(n)) return s;
-  // No address space left for a new region: merge whatever is free and look again.
-  if (!coalesce(n)) return nullptr;
-  return take_pooled_run(n);
+  // No address space left for a new region: merge whatever is free, pages or
+  // not, and look again.
+  if (!coalesce(n, true)) return nullptr;
+  return take_pooled_run(n, want);
 }
 
 void pool_give(Span* head, uint32_t len) {
   g_given_spans.fetch_add(len, std::memory_order_relaxed);
   uint64_t c = head->committed.load(std::memory_order_relaxed);
-  const uint64_t base = base_budget();
-  uint64_t budget = budget_now(base);
-  uint64_t big = uint64_t(option(Option::decommit_kb)) << 10;
-  // A big run is kept only when demand has raised the budget above its base.
-  if (c > 0 && (g_retained.load(std::memory_order_relaxed) + c > budget || (c > big && budget <= base))) {
+  const uint64_t delay = decay_ms();
+  if (c > 0 && delay == 0) decommit_span(head);
+  if (c == 0 || delay == 0) {
+    push_free(head, len);
+    return;
+  }
+  // Kept, newest of all. Past the bound, what waited longest goes back first,
+  // down to three quarters of the bound (so that passes are not run at every
+  // give); if another pass is running, this one goes back instead.
+  const uint64_t now = now_ms();
+  set_pool_stamp(head, now);
+  const uint64_t bound = retain_bound(), kept = g_retained.load(std::memory_order_relaxed) + c;
+  if (kept > bound && !claim_purge()) {
     decommit_span(head);
-    g_shortfall.fetch_add(c, std::memory_order_relaxed);
+    push_free(head, len);
+    return;
   }
   push_free(head, len);
+  if (kept > bound) {
+    purge(now, delay, kept - bound / 4 * 3);
+    end_purge();
+    return;
+  }
+  maybe_purge();
 }
 
 void span_trim(Span* s, uint64_t bytes) {
@@ -336,7 +480,6 @@ bool span_commit(Span* s, uint64_t bytes) {
   if (c >= bytes) return true;
   uintptr_t at = span_base(s) + span_window(s) + c;
   if (!os::commit(reinterpret_cast<void*>(at), bytes - c)) return false;
-  note_demand(bytes - c);
   telemetry_event(FWT_EV_COMMIT, span_index(s), at, bytes - c);
   s->committed.store(bytes, std::memory_order_relaxed);
   count_committed(int64_t(bytes - c));

@@ -11,12 +11,12 @@
 // in run stacks keyed by length: exact lengths up to 64, then one stack per
 // power of two. A run popped for n spans is split and the rest pushed back.
 //
-// Commit policy: a span or run keeps what it had committed when it enters the
-// pool, so reuse costs no page faults, while the total kept (retained bytes)
-// stays under the retain budget; past that its pages are given back to the OS
-// as it enters. The budget is FREEWAY_RETAIN_MB raised by recent demand
-// (span_pool.cpp); a run bigger than FREEWAY_DECOMMIT_KB is kept only while
-// demand has raised it.
+// Commit policy (decay): a span or run keeps what it had committed when it
+// enters the pool, so reuse costs no page faults, stamped with the time it
+// came in; a purge pass gives back the pages of what has waited longer than
+// FREEWAY_DECAY_MS. The retained bytes stay within max(FREEWAY_RETAIN_MB, the
+// bytes committed in use): a give that would pass that gives back the oldest
+// first (span_pool.cpp).
 //
 // Every span in the pool is in state FREE and is held by nobody; the span (or
 // run head) descriptor's `committed` says how many bytes of its window are

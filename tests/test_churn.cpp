@@ -153,12 +153,11 @@ TEST_CASE("hundreds of rounds of thread recreation, each freeing the previous ro
   double elapsed = double(now_ns() - t0) / 1e9;
   int rounds = round;
   // Early: the highest RSS of rounds 150..169; late: of the last 20 rounds.
-  // Not earlier: the pool's retain budget follows demand (span_pool.cpp), and
-  // here it rises over the first ~150 rounds, keeping pages the rounds reuse
-  // (78,000 page faults over 300 rounds; 671,000 with the budget fixed at its
-  // base, for RSS/live 1.74 instead of 1.85). Traced over 1,100 rounds
-  // (2 cores): RSS 124 MiB at round 50, 129 at 150, 136 at 300, then 131-141
-  // to the end, a plateau; a creep would keep growing past that.
+  // Not earlier: what the pool keeps (span_pool.cpp, commit policy) grows with
+  // the heap over the first rounds. (Traced over 1,100 rounds on 2 cores with
+  // the demand-driven budget this policy replaced: RSS 124 MiB at round 50,
+  // 129 at 150, 136 at 300, then 131-141 to the end, a plateau; a creep would
+  // keep growing past that.)
   double early = *std::max_element(rss_of_round.begin() + 150, rss_of_round.begin() + 170);
   double late = *std::max_element(rss_of_round.end() - 20, rss_of_round.end());
   double live_end = live_bytes(), rss_end = rss_bytes();
