@@ -149,6 +149,15 @@ void* fw_alloc_aligned(size_t align, size_t n) {
 }
 
 size_t fw_usable(const void* p) {
+  // A small block in use (what programs that count their memory with
+  // malloc_usable_size ask about on every malloc and free, redis for one):
+  // one map load and the descriptor. A descriptor in HOT, FULL or PARTIAL
+  // state is of a vspan handed out, so within its region's reservation.
+  if (Span* slice = region_slice_of(p); slice != nullptr && !secure_mode()) {
+    const Span* s = span_in_slice(slice, p);
+    uint32_t state = Anchor::unpack(s->anchor.load(std::memory_order_acquire)).state;
+    if (state == kHot || state == kFull || state == kPartial) return s->block_size.load(std::memory_order_relaxed);
+  }
   Span* d = span_of_owned(p);
   if (d == nullptr) {
     if (zero_owns(p)) return 0;  // secure mode's malloc(0)
