@@ -24,8 +24,10 @@ constinit std::atomic<int> g_decision{kUndecided};
 // FREEWAY_PERCPU=2 with rseq available: the tables are made and per-CPU mode
 // starts when the threads bound to caches are more than twice the CPUs.
 constinit std::atomic<bool> g_armed{false};
-constinit uint32_t g_cpus_online = 0;
-// The threads bound to caches were more than twice the CPUs when the last
+// The default switches once the threads bound to caches are more than this:
+// twice the CPUs, and at least kPerCpuMinThreads.
+constinit uint32_t g_switch_threads = 0;
+// The threads bound to caches were more than g_switch_threads when the last
 // thread bound one, and none has exited since to bring them back below.
 constinit std::atomic<bool> g_over{false};
 
@@ -78,7 +80,8 @@ void decide() {
   if (want == 1) {
     g_percpu.on.store(true, std::memory_order_release);
   } else {
-    g_cpus_online = uint32_t(os::cpu_count());
+    uint32_t twice = 2 * uint32_t(os::cpu_count());
+    g_switch_threads = twice > kPerCpuMinThreads ? twice : kPerCpuMinThreads;
     g_armed.store(true, std::memory_order_release);
   }
 }
@@ -133,9 +136,9 @@ bool percpu_start() {
 }
 
 void percpu_thread_bound(uint64_t threads_live) {
-  // g_cpus_online is read only after the acquire that publishes it.
+  // g_switch_threads is read only after the acquire that publishes it.
   if (!g_armed.load(std::memory_order_acquire) || percpu_on()) return;
-  if (threads_live <= 2 * uint64_t(g_cpus_online)) return;
+  if (threads_live <= g_switch_threads) return;
   // Over the limit at a second bind in a row: the threads are many, not just
   // a successor that started before its predecessor exited.
   if (g_over.exchange(true, std::memory_order_relaxed)) g_percpu.on.store(true, std::memory_order_release);
@@ -143,7 +146,7 @@ void percpu_thread_bound(uint64_t threads_live) {
 
 void percpu_thread_unbound(uint64_t threads_live) {
   if (!g_armed.load(std::memory_order_acquire) || percpu_on()) return;
-  if (threads_live <= 2 * uint64_t(g_cpus_online)) g_over.store(false, std::memory_order_relaxed);
+  if (threads_live <= g_switch_threads) g_over.store(false, std::memory_order_relaxed);
 }
 
 const char* percpu_mode_name() { return percpu_on() ? "per-CPU" : "per-thread"; }

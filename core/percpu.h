@@ -34,10 +34,11 @@
 // Per-CPU mode needs rseq registered (os::rseq_offset) and secure mode off
 // (its quarantine is per thread); otherwise, and on Windows, freeway keeps
 // per-thread LABs. 1: per-CPU from the start. 2 (the default): per-thread
-// while the threads bound to LABs are at most twice the CPUs (a main thread
-// and a worker per CPU, say), where the per-thread fast path is the cheaper
-// one (no atomic count) and its caches hold at most twice what per-CPU caches
-// would; per-CPU once there are more at two binds in a row
+// while the threads bound to LABs are at most twice the CPUs and at most
+// kPerCpuMinThreads, where the per-thread fast path is the cheaper one (no
+// atomic count; a thread frees its older blocks into spans its own cache
+// keeps, which a CPU's cache, shared by the threads that run there, does not)
+// and its caches are few; per-CPU once there are more at two binds in a row
 // (percpu_thread_bound), where per-thread caches would multiply with threads.
 // The switch happens once and is never undone: LABs bound before it stay
 // registered with their threads (their exit makes them idle), and each such
@@ -72,9 +73,17 @@ FW_INLINE bool percpu_on() { return g_percpu.on.load(std::memory_order_acquire);
 // Decides the mode if no call has yet (arena_init included) and says whether
 // it is per-CPU. false if the arena cannot be made.
 bool percpu_start();
+// The default mode stays per-thread up to this many threads even on few CPUs:
+// so many per-thread caches hold a few MiB (about 120 KiB each for a thread
+// that used 21 classes, bench/idle_threads), which is not worth the per-CPU
+// fast paths' atomic counts and their cost to threads that free their own
+// older blocks (Larson's server with 4 threads on 2 CPUs: 132 M operations
+// per second per thread, 36 M per CPU).
+constexpr uint32_t kPerCpuMinThreads = 16;
+
 // A thread was just bound to a LAB, making threads_live of them (per-thread
 // mode): with FREEWAY_PERCPU=2, switches to per-CPU mode when they are more
-// than twice the CPUs at this bind and were already at the bind before, with
+// than twice the CPUs and kPerCpuMinThreads at this bind and were already at the bind before, with
 // no exit in between that brought them back (percpu_thread_unbound). A thread
 // that starts its successor and then exits (a hand-off: Larson's server, a
 // pool that replaces its workers) makes the count pass the limit at one bind

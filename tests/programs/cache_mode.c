@@ -15,6 +15,8 @@
 #include <string.h>
 #include <time.h>
 
+static pthread_barrier_t g_all_bound;  /* CACHE_MODE_THREADS at once: all bind before any works */
+
 static void* work(void* arg) {
   unsigned seed = (unsigned)(size_t)arg;
   void* keep[256] = {0};
@@ -29,6 +31,14 @@ static void* work(void* arg) {
   }
   for (int k = 0; k < 256; k++) free(keep[k]);
   return NULL;
+}
+
+/* One of CACHE_MODE_THREADS threads alive at once: its first call binds its
+   cache, then it waits for the others before working. */
+static void* at_once(void* arg) {
+  free(malloc(16));
+  pthread_barrier_wait(&g_all_bound);
+  return work(arg);
 }
 
 static int g_threads, g_generations;
@@ -82,7 +92,8 @@ int main(void) {
     }
     bad = atomic_load(&g_failed);
   } else {
-    for (int i = 0; i < n; i++) pthread_create(&t[i], NULL, work, (void*)(size_t)(i + 1));
+    pthread_barrier_init(&g_all_bound, NULL, (unsigned)n);
+    for (int i = 0; i < n; i++) pthread_create(&t[i], NULL, at_once, (void*)(size_t)(i + 1));
     for (int i = 0; i < n; i++) {
       void* r;
       pthread_join(t[i], &r);

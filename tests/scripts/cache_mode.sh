@@ -5,10 +5,11 @@
 # (tests/programs/cache_mode.c) reports the mode freeway chose and whether
 # glibc registered rseq. Checked here:
 #   default, 32 threads at once      per-CPU where rseq is registered (more threads than
-#                                    twice the CPUs, up to 31 CPUs), else per-thread
-#   default, 1 thread                per-thread (main and one thread: never more than 2 x CPUs)
-#   default, CPUs threads handing    per-thread: at each hand-off main, the old and the new
-#     off 8 times                    threads are 2 x CPUs + 1 for a moment, then the old exit
+#                                    twice the CPUs and than 16, up to 15 CPUs), else per-thread
+#   default, 1 thread                per-thread (main and one thread: never more than 16)
+#   default, max(CPUs, 8) threads    per-thread: at each hand-off main, the old and the new
+#     handing off 8 times            threads are one more than the limit, max(2 x CPUs, 16),
+#                                    for a moment, then the old exit
 #   FREEWAY_PERCPU=1, 1 thread       per-CPU where rseq is registered
 #   FREEWAY_PERCPU=0                 per-thread, nothing on stderr
 #   FREEWAY_SECURE=1                 per-thread (secure mode keeps per-thread quarantines)
@@ -42,7 +43,8 @@ run() {
 registered=$(LD_PRELOAD= "$prog" | sed -n 's/^rseq: //p')
 echo "glibc's rseq here: $registered"
 cpus=$(getconf _NPROCESSORS_ONLN)
-if [ "$registered" = registered ] && [ 32 -gt $((2 * cpus)) ]; then
+limit=$((2 * cpus)); [ $limit -lt 16 ] && limit=16
+if [ "$registered" = registered ] && [ 32 -gt $limit ]; then
   run default,32-threads per-cpu 0 CACHE_MODE_THREADS=32
   run percpu=1,1-thread per-cpu 0 FREEWAY_PERCPU=1 CACHE_MODE_THREADS=1
 elif [ "$registered" != registered ]; then
@@ -51,7 +53,8 @@ elif [ "$registered" != registered ]; then
 fi
 run default,1-thread per-thread 0 CACHE_MODE_THREADS=1
 if [ "$cpus" -le 64 ]; then
-  run default,hand-off per-thread 0 CACHE_MODE_THREADS=$cpus CACHE_MODE_HANDOFF=8
+  n=$((limit / 2))
+  run default,hand-off per-thread 0 CACHE_MODE_THREADS=$n CACHE_MODE_HANDOFF=8
 fi
 run percpu=0 per-thread 0 FREEWAY_PERCPU=0
 run secure per-thread 0 FREEWAY_SECURE=1
