@@ -136,10 +136,11 @@ void give_leftover(uint32_t index, uint32_t len) {
   }
 }
 
-// Pops every free span and run from every stack, counts it as taken, and
-// chains the heads through pool_next (they are the caller's alone until pushed
-// again; other threads may pop and push meanwhile). Returns the chain's head.
-uint32_t take_all() {
+// Pops every free span and run from every stack (of single spans, from commit
+// tier first_tier up), counts it as taken, and chains the heads through
+// pool_next (they are the caller's alone until pushed again; other threads may
+// pop and push meanwhile). Returns the chain's head.
+uint32_t take_all(unsigned first_tier = 0) {
   uint32_t chain = kNoIndex;
   auto grab = [&](SpanStack& st) {
     for (uint32_t i = st.pop(); i != kNoIndex; i = st.pop()) {
@@ -148,8 +149,8 @@ uint32_t take_all() {
       chain = i;
     }
   };
-  for (auto& tier : g_single)
-    for (auto& st : tier) grab(st);
+  for (unsigned t = first_tier; t < kTiers; t++)
+    for (auto& st : g_single[t]) grab(st);
   for (auto& st : g_exact) grab(st);
   for (auto& st : g_log) grab(st);
   return chain;
@@ -273,18 +274,7 @@ std::atomic<bool> g_purging{false};
 // it takes to give back `need` bytes in all. Pops what may hold pages (not
 // tier 0) and pushes it back. The caller holds g_purging.
 void purge(uint64_t now, uint64_t delay, uint64_t need) {
-  uint32_t chain = kNoIndex;
-  auto grab = [&](SpanStack& st) {
-    for (uint32_t i = st.pop(); i != kNoIndex; i = st.pop()) {
-      taken(i, span_at(i)->run_len.load(std::memory_order_relaxed));
-      span_at(i)->pool_next.store(chain, std::memory_order_relaxed);
-      chain = i;
-    }
-  };
-  for (unsigned t = 1; t < kTiers; t++)
-    for (auto& st : g_single[t]) grab(st);
-  for (auto& st : g_exact) grab(st);
-  for (auto& st : g_log) grab(st);
+  uint32_t chain = take_all(1);  // tier 0 holds no pages
   // Ages by power of two (ms): bucket b holds ages in [2^(b-1), 2^b).
   constexpr unsigned kBuckets = 33;
   uint64_t in_bucket[kBuckets] = {};

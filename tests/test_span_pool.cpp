@@ -86,7 +86,7 @@ TEST_CASE("a free piece whose pages are worth less than the gap before it is not
   uint32_t i = span_index(run);
   Span* p0 = span_at(i);
   Span* p3 = span_at(i + 3);
-  REQUIRE(span_commit(p0, kVspanSize));  // piece 0-2: a quarter of it committed
+  REQUIRE(span_commit(p0, kVspanSize));  // piece 0-2: its first vspan committed, a gap of two after
   REQUIRE(span_commit(p3, kVspanSize / 4));
   uint64_t committed = committed_bytes();
   p0->run_len.store(3);
