@@ -11,7 +11,7 @@ namespace fw {
 
 #define FW_OPTIONS(X)                                                                           \
   X(verbose, 0, "1: print the options at start and a statistics summary at exit")               \
-  X(retain_mb, 32, "MiB of freed spans and runs kept committed for reuse (or a quarter of the heap's bytes in use, if more)") \
+  X(retain_mb, 32, "MiB of freed spans and runs kept committed for reuse (or the most the heap had in use within FREEWAY_DECAY_MS, if more)") \
   X(decay_ms, 1000, "freed spans and runs kept committed give their pages back after this many ms unused; 0: at once") \
   X(reuse_percent, 25, "a full span becomes reusable when this percent of its blocks are free (Hoard f)") \
   X(pool_stacks, 0, "stacks in the span-pool; 0 = one per CPU (at most 64)")                    \

@@ -25,8 +25,14 @@ constexpr uint32_t kExactRuns = 64;                  // run stacks for lengths 2
 constexpr unsigned kLogRuns = unsigned(__builtin_ctz(kVspansPerRegion)) + 1;
 static_assert(kVspansPerRegion > kExactRuns, "runs longer than kExactRuns go to g_log");
 SpanStack g_single[kTiers][kMaxPoolStacks];
-SpanStack g_exact[kExactRuns + 1];
-SpanStack g_log[kLogRuns];                           // g_log[k]: runs of length in [2^k, 2^(k+1)), k >= 6
+// Runs sit in two sets, by whether they hold pages: a take looks through the
+// warm set (any pages committed) before the clean one (none), so that reuse
+// faults in as little as it can and the pages kept for reuse are the ones
+// reused, whatever their lengths (jemalloc, likewise, searches its dirty
+// extents before the retained ones).
+constexpr unsigned kRunSets = 2;  // 0: clean, 1: warm
+SpanStack g_exact[kRunSets][kExactRuns + 1];
+SpanStack g_log[kRunSets][kLogRuns];                 // g_log[w][k]: runs of length in [2^k, 2^(k+1)), k >= 6
 std::atomic<unsigned> g_stack_count{0};
 std::atomic<uint64_t> g_retained{0};
 std::atomic<uint64_t> g_committed{0};
@@ -91,12 +97,13 @@ void push_free(Span* head, uint32_t len) {
   g_retained.fetch_add(head->committed.load(std::memory_order_relaxed), std::memory_order_relaxed);
   g_pooled_spans.fetch_add(len, std::memory_order_relaxed);
   uint32_t i = span_index(head);
+  const uint64_t c = head->committed.load(std::memory_order_relaxed);
   if (len == 1)
-    g_single[tier_of(head->committed.load(std::memory_order_relaxed))][os::cpu_id() % stack_count()].push(i);
+    g_single[tier_of(c)][os::cpu_id() % stack_count()].push(i);
   else if (len <= kExactRuns)
-    g_exact[len].push(i);
+    g_exact[c != 0][len].push(i);
   else
-    g_log[floor_log2(len)].push(i);
+    g_log[c != 0][floor_log2(len)].push(i);
 }
 
 // Marks a popped span or run as taken out of the pool.
@@ -137,7 +144,7 @@ void give_leftover(uint32_t index, uint32_t len) {
 }
 
 // Pops every free span and run from every stack (of single spans, from commit
-// tier first_tier up), counts it as taken, and chains the heads through
+// tier first_tier up; of runs, only warm ones if first_tier > 0), counts it as taken, and chains the heads through
 // pool_next (they are the caller's alone until pushed again; other threads may
 // pop and push meanwhile). Returns the chain's head.
 uint32_t take_all(unsigned first_tier = 0) {
@@ -151,8 +158,10 @@ uint32_t take_all(unsigned first_tier = 0) {
   };
   for (unsigned t = first_tier; t < kTiers; t++)
     for (auto& st : g_single[t]) grab(st);
-  for (auto& st : g_exact) grab(st);
-  for (auto& st : g_log) grab(st);
+  for (unsigned w = first_tier > 0 ? 1 : 0; w < kRunSets; w++) {
+    for (auto& st : g_exact[w]) grab(st);
+    for (auto& st : g_log[w]) grab(st);
+  }
   return chain;
 }
 
@@ -256,14 +265,27 @@ bool coalesce(uint32_t n, bool force) {
 }
 
 // Bytes the pool may keep committed: FREEWAY_RETAIN_MB, or as many as the
-// heap has committed in use (outside the pool) if that is more, so that a big
-// heap's frees of big blocks are kept for reuse too. What is kept goes back
-// after FREEWAY_DECAY_MS unused anyway; this bounds it meanwhile.
-uint64_t retain_bound() {
+// heap has had committed in use (outside the pool) at its highest within the
+// last FREEWAY_DECAY_MS, if that is more: a program that frees a generation of
+// big blocks is about to allocate the next, so the bound must not fall with
+// the frees. What is kept goes back after FREEWAY_DECAY_MS unused anyway; this
+// bounds it meanwhile (so the pool holds at most about what the heap recently
+// used). The high-water mark is sampled at each give (`now` in ms); a stale
+// one is replaced by the current figure. Races between gives lose a sample at
+// worst.
+std::atomic<uint64_t> g_in_use_high{0};     // bytes
+std::atomic<uint64_t> g_in_use_high_at{0};  // ms
+uint64_t retain_bound(uint64_t now) {
   uint64_t base = uint64_t(option(Option::retain_mb)) << 20;
   uint64_t committed = g_committed.load(std::memory_order_relaxed), kept = g_retained.load(std::memory_order_relaxed);
   uint64_t in_use = committed > kept ? committed - kept : 0;
-  return in_use > base ? in_use : base;
+  uint64_t high = g_in_use_high.load(std::memory_order_relaxed);
+  if (in_use >= high || now - g_in_use_high_at.load(std::memory_order_relaxed) > decay_ms()) {
+    g_in_use_high.store(in_use, std::memory_order_relaxed);
+    g_in_use_high_at.store(now, std::memory_order_relaxed);
+    high = in_use;
+  }
+  return high > base ? high : base;
 }
 
 // One purge pass at a time (a pass that finds another running gives up).
@@ -346,16 +368,20 @@ Span* pool_take_span(uint64_t want) {
       if (i != kNoIndex) return taken(i, 1);
     }
   }
-  // No single span: split one off a run before reserving fresh address space.
-  for (uint32_t m = 2; m <= kExactRuns; m++) {
-    uint32_t i = g_exact[m].pop();
-    if (i != kNoIndex) return split(i, m, 1);
+  // No single span: split one off a run before reserving fresh address space
+  // (a warm one if pages are wanted).
+  for (unsigned k = 0; k < kRunSets; k++) {
+    const unsigned w = want != 0 ? kRunSets - 1 - k : k;
+    for (uint32_t m = 2; m <= kExactRuns; m++) {
+      uint32_t i = g_exact[w][m].pop();
+      if (i != kNoIndex) return split(i, m, 1);
+    }
   }
   return fresh(1);
 }
 
-// A pooled run of at least n >= 2 spans, split to n; nullptr if none.
-static Span* take_pooled_run(uint32_t n, uint64_t want) {
+// A run of at least n >= 2 spans from run set w, split to n; nullptr if none.
+static Span* take_run_from(unsigned w, uint32_t n, uint64_t want) {
   if (n <= kExactRuns) {
     for (uint32_t m = n; m <= kExactRuns; m++) {
       // Of the top few runs of this length, one with `want` bytes committed
@@ -363,7 +389,7 @@ static Span* take_pooled_run(uint32_t n, uint64_t want) {
       uint32_t held[4], nheld = 0, best = kNoIndex;
       uint64_t best_c = 0;
       while (nheld < 4) {
-        uint32_t i = g_exact[m].pop();
+        uint32_t i = g_exact[w][m].pop();
         if (i == kNoIndex) break;
         uint64_t c = span_at(i)->committed.load(std::memory_order_relaxed);
         if (best == kNoIndex || c > best_c) {
@@ -375,7 +401,7 @@ static Span* take_pooled_run(uint32_t n, uint64_t want) {
         }
         if (best_c >= want) break;
       }
-      while (nheld > 0) g_exact[m].push(held[--nheld]);  // still counted as pooled: not taken
+      while (nheld > 0) g_exact[w][m].push(held[--nheld]);  // still counted as pooled: not taken
       if (best != kNoIndex) return split(best, m, n);
     }
   }
@@ -385,7 +411,7 @@ static Span* take_pooled_run(uint32_t n, uint64_t want) {
   // look at its top few first.
   unsigned first = n <= 64 ? 6 : floor_log2(n - 1) + 1;
   if (n > 64 && floor_log2(n) < first) {
-    SpanStack& below = g_log[floor_log2(n)];
+    SpanStack& below = g_log[w][floor_log2(n)];
     uint32_t held[4], nheld = 0;
     uint32_t found = kNoIndex;
     while (nheld < 4) {
@@ -401,7 +427,7 @@ static Span* take_pooled_run(uint32_t n, uint64_t want) {
     if (found != kNoIndex) return split(found, span_at(found)->run_len.load(std::memory_order_relaxed), n);
   }
   for (unsigned k = first; k < kLogRuns; k++) {
-    uint32_t i = g_log[k].pop();
+    uint32_t i = g_log[w][k].pop();
     if (i != kNoIndex) return split(i, span_at(i)->run_len.load(std::memory_order_relaxed), n);
   }
   return nullptr;
@@ -410,20 +436,26 @@ static Span* take_pooled_run(uint32_t n, uint64_t want) {
 Span* pool_take_run(uint32_t n, uint64_t want) {
   if (n == 1) return pool_take_span(want);
   maybe_purge();
-  if (Span* s = take_pooled_run(n, want)) return s;
-  // Before taking new address space, merge the free spans if at least n have
-  // been given back since the last merge (so merging never repeats for nothing).
+  // Warm runs first when pages are wanted: a longer run with pages is split
+  // before a clean one that fits is faulted in, and before either, the free
+  // spans are merged if at least n have been given back since the last merge
+  // (so merging never repeats for nothing): pieces with pages side by side
+  // make a run with pages.
+  const unsigned first = want != 0 ? 1 : 0;
+  if (Span* s = take_run_from(first, n, want)) return s;
   uint64_t given = g_given_spans.load(std::memory_order_relaxed);
   uint64_t at = g_coalesced_at.load(std::memory_order_relaxed);
-  if (given - at >= n && pool_span_count() >= n && g_coalesced_at.compare_exchange_strong(at, given)) {
-    if (coalesce(n, false))
-      if (Span* s = take_pooled_run(n, want)) return s;
+  if (given - at >= n && pool_span_count() >= n && g_coalesced_at.compare_exchange_strong(at, given) &&
+      coalesce(n, false)) {
+    if (Span* s = take_run_from(first, n, want)) return s;
   }
+  if (Span* s = take_run_from(1 - first, n, want)) return s;
   if (Span* s = fresh(n)) return s;
   // No address space left for a new region: merge whatever is free, pages or
   // not, and look again.
   if (!coalesce(n, true)) return nullptr;
-  return take_pooled_run(n, want);
+  if (Span* s = take_run_from(first, n, want)) return s;
+  return take_run_from(1 - first, n, want);
 }
 
 void pool_give(Span* head, uint32_t len) {
@@ -440,7 +472,7 @@ void pool_give(Span* head, uint32_t len) {
   // give); if another pass is running, this one goes back instead.
   const uint64_t now = now_ms();
   set_pool_stamp(head, now);
-  const uint64_t bound = retain_bound(), kept = g_retained.load(std::memory_order_relaxed) + c;
+  const uint64_t bound = retain_bound(now), kept = g_retained.load(std::memory_order_relaxed) + c;
   if (kept > bound && !claim_purge()) {
     decommit_span(head);
     push_free(head, len);
@@ -508,7 +540,7 @@ uint64_t pool_span_count() {
 bool pool_is_valid() {
   bool ok = true;
   uint64_t retained = 0;
-  auto walk = [&](const SpanStack& st, uint32_t min_len, uint32_t max_len) {
+  auto walk = [&](const SpanStack& st, uint32_t min_len, uint32_t max_len, int warm = -1) {
     uint32_t i = st.peek();
     uint32_t steps = 0;
     while (i != kNoIndex && steps++ < (1u << 22)) {
@@ -517,14 +549,18 @@ bool pool_is_valid() {
       uint32_t len = s->run_len.load(std::memory_order_relaxed);
       if (a.state != kFree) ok = report_invariant("pool: pooled span not FREE", i);
       if (len < min_len || len > max_len) ok = report_invariant("pool: run in the wrong stack", i);
-      retained += s->committed.load(std::memory_order_relaxed);
+      const uint64_t c = s->committed.load(std::memory_order_relaxed);
+      if (warm >= 0 && (c != 0) != (warm != 0)) ok = report_invariant("pool: run in the wrong commit set", i);
+      retained += c;
       i = s->pool_next.load(std::memory_order_relaxed) - 1;
     }
   };
   for (auto& tier : g_single)
     for (auto& st : tier) walk(st, 1, 1);
-  for (uint32_t m = 2; m <= kExactRuns; m++) walk(g_exact[m], m, m);
-  for (unsigned k = 6; k < kLogRuns; k++) walk(g_log[k], 1u << k, (2u << k) - 1);
+  for (int w = 0; w < int(kRunSets); w++) {
+    for (uint32_t m = 2; m <= kExactRuns; m++) walk(g_exact[w][m], m, m, w);
+    for (unsigned k = 6; k < kLogRuns; k++) walk(g_log[w][k], 1u << k, (2u << k) - 1, w);
+  }
   if (retained != g_retained.load(std::memory_order_relaxed))
     ok = report_invariant("pool: retained bytes differ from the sum over pooled spans", retained);
   return ok;

@@ -15,15 +15,17 @@
 // enters the pool, so reuse costs no page faults, stamped with the time it
 // came in; a purge pass gives back the pages of what has waited longer than
 // FREEWAY_DECAY_MS. The retained bytes stay within max(FREEWAY_RETAIN_MB, the
-// bytes committed in use): a give that would pass that gives back the oldest
-// first (span_pool.cpp).
+// most bytes committed in use within that delay): a give that would pass that
+// gives back the oldest first (span_pool.cpp). Runs with pages (warm) and
+// without (clean) sit apart, and a take for a block tries the warm ones first.
 //
 // Every span in the pool is in state FREE and is held by nobody; the span (or
 // run head) descriptor's `committed` says how many bytes of its window are
 // committed (span_set_use). A run of two or more has class kNoClass (or
 // nothing committed), so its window is its base and its pages a prefix.
-// Invariant (pool_is_valid, checked while quiet):
-//   retained bytes = sum of `committed` over the spans and runs in the pool.
+// Invariants (pool_is_valid, checked while quiet):
+//   retained bytes = sum of `committed` over the spans and runs in the pool;
+//   a run is in the warm set if and only if its `committed` is not 0.
 #pragma once
 #include <cstdint>
 
