@@ -51,19 +51,33 @@ TEST_CASE("a run is split and its rest stays available as a shorter run") {
   CHECK(pool_is_valid());
 }
 
+// Four free-to-be pieces with a held span on either side, so that free
+// neighbours cannot join them when the pool merges: `first` is the first
+// piece's index; give back `before` and `after` when done.
+struct Fenced {
+  Span* before = nullptr;
+  Span* after = nullptr;
+  uint32_t first = 0;
+};
+static Fenced take_fenced_four() {
+  Span* run = pool_take_run(6, 0);
+  REQUIRE(run != nullptr);
+  Fenced f;
+  f.before = run;
+  f.after = span_at(span_index(run) + 5);
+  f.before->run_len.store(1);
+  f.after->run_len.store(1);
+  f.first = span_index(run) + 1;
+  return f;
+}
+
 TEST_CASE("free pieces merged into a run keep their committed pages: a gap before pages worth more is committed") {
   // Pieces 0-1 (fully committed), 2 (half) and 3 (three quarters), given back
   // apart: no run of 4 is pooled, so taking one merges them. The half vspan
   // missing from piece 2 is a gap before piece 3's pages, which are worth more:
-  // the gap is committed, and the run keeps every page. Held spans on either
-  // side keep free neighbours from joining the run.
-  Span* run = pool_take_run(6, 0);
-  REQUIRE(run != nullptr);
-  Span* before = run;
-  Span* after = span_at(span_index(run) + 5);
-  before->run_len.store(1);
-  after->run_len.store(1);
-  uint32_t i = span_index(run) + 1;
+  // the gap is committed, and the run keeps every page.
+  const Fenced f = take_fenced_four();
+  const uint32_t i = f.first;
   Span* p0 = span_at(i);
   Span* p2 = span_at(i + 2);
   Span* p3 = span_at(i + 3);
@@ -82,19 +96,14 @@ TEST_CASE("free pieces merged into a run keep their committed pages: a gap befor
   CHECK(p3->committed.load() == 0);
   CHECK(committed_bytes() == committed + kVspanSize / 2);  // the gap
   pool_give(merged, 4);
-  pool_give(before, 1);
-  pool_give(after, 1);
+  pool_give(f.before, 1);
+  pool_give(f.after, 1);
   CHECK(pool_is_valid());
 }
 
 TEST_CASE("a free piece whose pages are worth less than the gap before it is not merged, and keeps them") {
-  Span* run = pool_take_run(6, 0);  // held spans on either side, as above
-  REQUIRE(run != nullptr);
-  Span* before = run;
-  Span* after = span_at(span_index(run) + 5);
-  before->run_len.store(1);
-  after->run_len.store(1);
-  uint32_t i = span_index(run) + 1;
+  const Fenced f = take_fenced_four();
+  const uint32_t i = f.first;
   Span* p0 = span_at(i);
   Span* p3 = span_at(i + 3);
   REQUIRE(span_commit(p0, kVspanSize));  // piece 0-2: its first vspan committed, a gap of two after
@@ -111,8 +120,8 @@ TEST_CASE("a free piece whose pages are worth less than the gap before it is not
   CHECK(p3->committed.load() == kVspanSize / 4);  // kept, in a run of its own
   CHECK(committed_bytes() >= committed);          // nothing given back
   pool_give(other, 4);
-  pool_give(before, 1);
-  pool_give(after, 1);
+  pool_give(f.before, 1);
+  pool_give(f.after, 1);
   CHECK(pool_is_valid());
 }
 
