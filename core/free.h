@@ -159,7 +159,7 @@ FW_INLINE void free_block_impl(void* p, size_t n_size, bool aligned) {
     // use: the slow path gives the span back).
     uint32_t n = own_count(d);
     const uint32_t carved = d->carved.load(std::memory_order_relaxed);
-    if (FW_UNLIKELY(n + 1 >= carved)) {  // own_push_empties
+    if (FW_UNLIKELY(own_push_empties(n, carved))) {
       if constexpr (kSized) return free_slow_sized(lab, p, d, n_size, aligned);
       return free_slow(lab, p, d);
     }

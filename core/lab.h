@@ -204,13 +204,12 @@ FW_INLINE void lab_count(std::atomic<uint64_t>& counter) {
 #endif
 }
 
-// Owned span s's own list, holding n blocks now, would hold every carved block
-// after one more push. For a kept span that is its last block in use: that
-// free is left to the slow path (lab_free_block), which gives s back. (A hot
-// span takes the slow path too then, which only pushes.)
-FW_INLINE bool own_push_empties(const Span* s, uint32_t n) {
-  return n + 1 >= s->carved.load(std::memory_order_relaxed);
-}
+// An owned span's own list, holding n of its `carved` blocks now, would hold
+// every carved block after one more push. For a kept span that is its last
+// block in use: that free is left to the slow path (lab_free_block), which
+// gives the span back. (A hot span takes the slow path too then, which only
+// pushes.)
+FW_INLINE bool own_push_empties(uint32_t n, uint32_t carved) { return n + 1 >= carved; }
 // The owner pushes block p (checked and canaried) onto owned span s's own
 // list, which holds n blocks now.
 FW_INLINE void own_push(Span* s, void* p, uint32_t n) {

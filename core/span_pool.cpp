@@ -33,6 +33,8 @@ SpanStack g_single[kTiers][kMaxPoolStacks];
 constexpr unsigned kRunSets = 2;  // 0: clean, 1: warm
 SpanStack g_exact[kRunSets][kExactRuns + 1];
 SpanStack g_log[kRunSets][kLogRuns];                 // g_log[w][k]: runs of length in [2^k, 2^(k+1)), k >= 6
+// The run set a take looks through first: the warm one if the caller will use pages.
+unsigned first_run_set(uint64_t want) { return want != 0 ? 1 : 0; }
 std::atomic<unsigned> g_stack_count{0};
 std::atomic<uint64_t> g_retained{0};
 std::atomic<uint64_t> g_committed{0};
@@ -371,7 +373,7 @@ Span* pool_take_span(uint64_t want) {
   // No single span: split one off a run before reserving fresh address space
   // (a warm one if pages are wanted).
   for (unsigned k = 0; k < kRunSets; k++) {
-    const unsigned w = want != 0 ? kRunSets - 1 - k : k;
+    const unsigned w = k == 0 ? first_run_set(want) : 1 - first_run_set(want);
     for (uint32_t m = 2; m <= kExactRuns; m++) {
       uint32_t i = g_exact[w][m].pop();
       if (i != kNoIndex) return split(i, m, 1);
@@ -441,7 +443,7 @@ Span* pool_take_run(uint32_t n, uint64_t want) {
   // spans are merged if at least n have been given back since the last merge
   // (so merging never repeats for nothing): pieces with pages side by side
   // make a run with pages.
-  const unsigned first = want != 0 ? 1 : 0;
+  const unsigned first = first_run_set(want);
   if (Span* s = take_run_from(first, n, want)) return s;
   uint64_t given = g_given_spans.load(std::memory_order_relaxed);
   uint64_t at = g_coalesced_at.load(std::memory_order_relaxed);
