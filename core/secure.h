@@ -68,7 +68,7 @@ inline constexpr detail::DivTable kClassDivs = detail::make_div_table();
 // Index of the block p starts in its span of class c whose blocks start at
 // `colour` within the vspan, or a number >= the span's capacity if p is not a
 // block start (p below the colour wraps to an offset past the span's end).
-FW_INLINE uint32_t block_number(const void* p, unsigned c, uint32_t colour) {
+FW_INLINE uint32_t block_number(const void* p, size_t c, uint32_t colour) {
   uint32_t off = uint32_t((reinterpret_cast<uintptr_t>(p) - colour) & (kVspanSize - 1));
   uint32_t x = off * kClassDivs.div[c].inv;
   uint32_t s = kClassDivs.div[c].shift;
