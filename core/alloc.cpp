@@ -153,8 +153,7 @@ size_t fw_usable(const void* p) {
   // malloc_usable_size ask about on every malloc and free, redis for one):
   // one map load and the descriptor. A descriptor in HOT, FULL or PARTIAL
   // state is of a vspan handed out, so within its region's reservation.
-  if (Span* slice = region_slice_of(p); slice != nullptr && !secure_mode()) {
-    const Span* s = span_in_slice(slice, p);
+  if (const Span* s = span_of(p); s != nullptr && !secure_mode()) {
     uint32_t state = Anchor::unpack(s->anchor.load(std::memory_order_acquire)).state;
     if (state == kHot || state == kFull || state == kPartial) return s->block_size.load(std::memory_order_relaxed);
   }

@@ -382,28 +382,40 @@ Span* pool_take_span(uint64_t want) {
   return fresh(1);
 }
 
+// Pops up to five runs off the top of st and keeps the one that scores
+// highest (score(i) < 0: not wanted), stopping at the first whose score
+// reaches `enough`; pushes the others back, still counted as pooled. Returns
+// the one kept (now taken off the stack), or kNoIndex if none was wanted.
+template <class Score>
+static uint32_t pick_from_top(SpanStack& st, uint64_t enough, Score score) {
+  uint32_t held[4], nheld = 0, best = kNoIndex;
+  int64_t best_score = -1;
+  while (nheld < 4) {
+    uint32_t i = st.pop();
+    if (i == kNoIndex) break;
+    const int64_t sc = score(i);
+    if (sc > best_score) {
+      if (best != kNoIndex) held[nheld++] = best;
+      best = i;
+      best_score = sc;
+    } else {
+      held[nheld++] = i;
+    }
+    if (best_score >= 0 && uint64_t(best_score) >= enough) break;
+  }
+  while (nheld > 0) st.push(held[--nheld]);
+  return best;
+}
+
 // A run of at least n >= 2 spans from run set w, split to n; nullptr if none.
 static Span* take_run_from(unsigned w, uint32_t n, uint64_t want) {
   if (n <= kExactRuns) {
     for (uint32_t m = n; m <= kExactRuns; m++) {
       // Of the top few runs of this length, one with `want` bytes committed
       // (no page faults ahead), else the one with the most.
-      uint32_t held[4], nheld = 0, best = kNoIndex;
-      uint64_t best_c = 0;
-      while (nheld < 4) {
-        uint32_t i = g_exact[w][m].pop();
-        if (i == kNoIndex) break;
-        uint64_t c = span_at(i)->committed.load(std::memory_order_relaxed);
-        if (best == kNoIndex || c > best_c) {
-          if (best != kNoIndex) held[nheld++] = best;
-          best = i;
-          best_c = c;
-        } else {
-          held[nheld++] = i;
-        }
-        if (best_c >= want) break;
-      }
-      while (nheld > 0) g_exact[w][m].push(held[--nheld]);  // still counted as pooled: not taken
+      uint32_t best = pick_from_top(g_exact[w][m], want, [](uint32_t i) {
+        return int64_t(span_at(i)->committed.load(std::memory_order_relaxed));
+      });
       if (best != kNoIndex) return split(best, m, n);
     }
   }
@@ -413,19 +425,9 @@ static Span* take_run_from(unsigned w, uint32_t n, uint64_t want) {
   // look at its top few first.
   unsigned first = n <= 64 ? 6 : floor_log2(n - 1) + 1;
   if (n > 64 && floor_log2(n) < first) {
-    SpanStack& below = g_log[w][floor_log2(n)];
-    uint32_t held[4], nheld = 0;
-    uint32_t found = kNoIndex;
-    while (nheld < 4) {
-      uint32_t i = below.pop();
-      if (i == kNoIndex) break;
-      if (span_at(i)->run_len.load(std::memory_order_relaxed) >= n) {
-        found = i;
-        break;
-      }
-      held[nheld++] = i;
-    }
-    while (nheld > 0) below.push(held[--nheld]);  // still counted as pooled: not taken
+    uint32_t found = pick_from_top(g_log[w][floor_log2(n)], 1, [n](uint32_t i) {
+      return span_at(i)->run_len.load(std::memory_order_relaxed) >= n ? int64_t(1) : int64_t(-1);
+    });
     if (found != kNoIndex) return split(found, span_at(found)->run_len.load(std::memory_order_relaxed), n);
   }
   for (unsigned k = first; k < kLogRuns; k++) {
