@@ -39,6 +39,14 @@ constexpr uintptr_t kZoneLimit = uintptr_t(1) << 47;  // regions stay below the 
 
 bool zone_mode() { return (g_table.load(std::memory_order_acquire) & kZoneBit) != 0; }
 
+// Whether an address-space cap (RLIMIT_AS) was in force when the arena last
+// reserved room for runs: kCapUnread before the first look in this process.
+enum : uint32_t { kCapUnread = 0, kCapNone = 1, kCapSet = 2 };
+std::atomic<uint32_t> g_cap{kCapUnread};
+void read_cap() {
+  g_cap.store(os::address_space_limited() ? kCapSet : kCapNone, std::memory_order_relaxed);
+}
+
 // Picks the zone: a random slot in the unused middle of the address space (far
 // below where Linux maps top-down, far above where Windows maps bottom-up), at
 // 32 TiB, else 4 TiB, else 256 GiB for smaller address spaces. Reserves the
@@ -199,6 +207,7 @@ bool region_grow(uint32_t r, uint32_t limit, uint32_t need) {
   if (!os::features().reserve_extends || need > kVspansPerRegion || limit >= need) return false;
   uint32_t to = limit + limit / 8 > need ? limit + limit / 8 : need;
   if (to > kVspansPerRegion) to = kVspansPerRegion;
+  read_cap();
   uintptr_t base = reg.base.load(std::memory_order_relaxed);
   uintptr_t at = base + (uintptr_t(limit) << kVspanShift);
   os::Reserve got = os::reserve_at(reinterpret_cast<void*>(at), uint64_t(to - limit) << kVspanShift);
@@ -289,6 +298,7 @@ uint32_t arena_fresh_vspans(uint32_t n, uint32_t* leftover, uint32_t* leftover_l
     // growth keeps failing, as without a zone, regions still double towards a
     // whole slot and 1024 of them cover the heap), or what is needed when the
     // OS refuses that.
+    read_cap();
     uint32_t least = n > kFirstVspans ? n : kFirstVspans;
     uint32_t first = kVspansPerRegion;
     if (os::features().reserve_extends) {
@@ -320,6 +330,15 @@ uint32_t arena_fresh_vspans(uint32_t n, uint32_t* leftover, uint32_t* leftover_l
       g_free_region_ids.push(fresh);
     }
   }
+}
+
+bool arena_capped() {
+  uint32_t c = g_cap.load(std::memory_order_relaxed);
+  if (c == kCapUnread) {
+    read_cap();
+    c = g_cap.load(std::memory_order_relaxed);
+  }
+  return c == kCapSet;
 }
 
 uint32_t arena_huge_reserve(size_t size, size_t align) {

@@ -113,6 +113,13 @@ FW_INLINE const Region* region_of_span(const Span* s) { return &g_regions[span_i
 // *leftover_len (vspans, 0 if none), for it to keep as free runs.
 uint32_t arena_fresh_vspans(uint32_t n, uint32_t* leftover, uint32_t* leftover_len);
 
+// Whether the process's address space is capped (RLIMIT_AS), as read the last
+// time the arena reserved room for runs (a region grown or a new one), or on
+// the first call if it never has: a load, where reading the cap is a system
+// call. A cap set later, or lifted, is seen from the arena's next reservation;
+// until then runs come from address space already reserved.
+bool arena_capped();
+
 // A huge object: a region of its own of size bytes rounded up to a virtual span
 // whose base is aligned to align (a power of two; at least kRegionSize is used). Returns the
 // region id or kNoIndex. arena_huge_release unmaps it and recycles the id.

@@ -119,7 +119,8 @@ TEST_CASE("a block of more than 4 vspans takes a run of its class (2^k or 1.5 * 
   CHECK(run_of(12) == 16);  // 13
   CHECK(run_of(40) == 48);  // 41
   CHECK(run_of(48) == 64);  // 49
-  // Under a cap the rounding would spend the program's address space: exact.
+  // Under a cap the rounding would spend the program's address space: exact,
+  // once the arena has seen the cap (it looks when it reserves room for runs).
   pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
@@ -131,6 +132,13 @@ TEST_CASE("a block of more than 4 vspans takes a run of its class (2^k or 1.5 * 
     rlim_t limit = rlim_t(pages) * rlim_t(sysconf(_SC_PAGESIZE)) + (rlim_t(1) << 30);
     struct rlimit cap = {limit, limit};
     if (setrlimit(RLIMIT_AS, &cap) != 0) _exit(2);
+    // Blocks of the longest large length until the arena reserves more (the
+    // runs this process already has free go first).
+    void* big[4] = {};
+    const uint64_t reserved = arena_reserved_bytes();
+    for (int i = 0; i < 4 && arena_reserved_bytes() == reserved; i++)
+      if ((big[i] = fw_malloc(kLargeMax)) == nullptr) _exit(6);
+    if (arena_reserved_bytes() == reserved) _exit(7);
     void* p = fw_malloc(8 * kVspanSize + 1);
     if (p == nullptr) _exit(3);
     _exit(span_of(p)->run_len.load(std::memory_order_relaxed) == 9 ? 0 : 4);
