@@ -280,10 +280,24 @@ void release_kept(Lab* lab, unsigned c) {
   while (lab->kept_n[c] > 0) kept_release(lab, c, lab->kept_n[c] - 1u);
 }
 
+// Gives back every kept span, of any class, that has no block in use. A span
+// emptied by its owner stays kept for the thread's next blocks of its class,
+// which then come off its own list with no carving; when the thread goes to
+// the shared stacks for a span (lab_refill), the ones it still has empty go
+// where any thread can use them.
+void release_empty_kept(Lab* lab) {
+  for (unsigned c = 0; c < kClassCount; c++) {
+    // Downwards: kept_release moves the last entry, already visited, into i.
+    for (unsigned i = lab->kept_n[c]; i-- > 0;) {
+      Span* k = lab->kept[c][i];
+      if (kept_free_count(k) >= k->carved.load(std::memory_order_relaxed)) kept_release(lab, c, i);
+    }
+  }
+}
+
 // hot[c] has no block left: makes the kept span with the most free blocks
-// hot[c], keeping the old hot span in its place, and gives back the other kept
-// spans that have no block in use. False (nothing changed but those) when no
-// kept span has a free block.
+// hot[c], keeping the old hot span in its place. False (nothing changed) when
+// no kept span has a free block.
 bool kept_switch(Lab* lab, unsigned c) {
   Span* best = nullptr;
   uint32_t most = 0;
@@ -294,11 +308,6 @@ bool kept_switch(Lab* lab, unsigned c) {
       best = lab->kept[c][i];
     }
   }
-  // Downwards: kept_release moves the last entry, already visited, into i.
-  for (unsigned i = lab->kept_n[c]; i-- > 0;) {
-    Span* k = lab->kept[c][i];
-    if (k != best && kept_free_count(k) >= k->carved.load(std::memory_order_relaxed)) kept_release(lab, c, i);
-  }
   if (best == nullptr) return false;
   unsigned i = 0;
   while (lab->kept[c][i] != best) i++;
@@ -306,17 +315,6 @@ bool kept_switch(Lab* lab, unsigned c) {
   lab->hot[c] = best;
   lab->free[c] = own_take(best);  // empty if its free blocks are remote: collected next
   return true;
-}
-
-// Frees block p (checked and canaried) of owned span d of class c onto its own
-// list; gives a kept span back when that leaves it no block in use.
-void owned_free(Lab* lab, void* p, Span* d, unsigned c) {
-  own_push(d, p, own_count(d));
-  if (d == lab->hot[c] || kept_free_count(d) < d->carved.load(std::memory_order_relaxed)) return;
-  for (unsigned i = 0; i < lab->kept_n[c]; i++) {
-    if (lab->kept[c][i] == d) return kept_release(lab, c, i);
-  }
-  report_misuse("heap corruption: a span owned by this thread's cache is not in it, descriptor", d);
 }
 
 // Before lab takes a new span for class c: its pending frees of class c go to
@@ -412,6 +410,7 @@ void* lab_refill(Lab* lab, unsigned c) {
       }
     }
     flush_pending_class(lab, c);
+    release_empty_kept(lab);
     void* list;
     Span* s = acquire_span(lab, c, &list);
     if (s == nullptr) return nullptr;
@@ -424,7 +423,7 @@ void* lab_refill(Lab* lab, unsigned c) {
 void lab_free_block(Lab* lab, void* p, Span* d) {
   unsigned c = d->cls.load(std::memory_order_relaxed);
   if (d->owner.load(std::memory_order_relaxed) == lab) {
-    owned_free(lab, p, d, c);
+    own_push(d, p, own_count(d));  // an emptied kept span stays kept (release_empty_kept)
   } else {
     lab_defer_free(lab, d, p);  // batched: one CAS per run of frees into one span
   }

@@ -96,9 +96,12 @@ constexpr uint64_t kParkedNs = 100u * 1000 * 1000;  // 100 ms
 // frees its own blocks in random order (a server's sessions, Larson) thus keeps
 // all its frees local while its live blocks of a class fit in kKeptSpans + 1
 // spans; past that, the exhausted hot span floats as before. A kept span whose
-// last block in use is freed goes back to the span-pool at once; one emptied by
-// remote frees is found at the next refill of its class (or at the thread's
-// exit, or fw_collect). Bound: a LAB keeps at most kKeptSpans spans and
+// last block in use is freed (by its thread or by others) stays kept, all its
+// blocks on its lists: the thread's next blocks of the class come off them with
+// no carving (threadtest frees every block each round). Kept spans with no
+// block in use go back to the span-pool when the thread next takes a span from
+// the shared stacks (lab_refill), for any class, and at its exit or
+// fw_collect. Bound: a LAB keeps at most kKeptSpans spans and
 // kKeptBytes per class besides its hot span, which adds at most kKeptBytes per
 // class to the blowup bound's per-cache term (docs/design.md).
 constexpr unsigned kKeptSpans = 16;
@@ -204,12 +207,6 @@ FW_INLINE void lab_count(std::atomic<uint64_t>& counter) {
 #endif
 }
 
-// An owned span's own list, holding n of its `carved` blocks now, would hold
-// every carved block after one more push. For a kept span that is its last
-// block in use: that free is left to the slow path (lab_free_block), which
-// gives the span back. (A hot span takes the slow path too then, which only
-// pushes.)
-FW_INLINE bool own_push_empties(uint32_t n, uint32_t carved) { return n + 1 >= carved; }
 // The owner pushes block p (checked and canaried) onto owned span s's own
 // list, which holds n blocks now.
 FW_INLINE void own_push(Span* s, void* p, uint32_t n) {

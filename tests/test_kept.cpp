@@ -2,6 +2,7 @@
 // kKeptSpans per class, so that its thread's frees into them are local.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <thread>
 #include <vector>
 
@@ -99,16 +100,73 @@ TEST_CASE("when the hot span runs out, the kept span with the most free blocks b
   }).join();
 }
 
-TEST_CASE("a kept span whose last block in use is freed goes back to the span-pool") {
+TEST_CASE("a kept span whose last block in use is freed stays kept, and the thread's next blocks of its class "
+          "come off its own list, with no carving") {
   std::thread([] {
     std::vector<Span*> spans;
     std::vector<void*> v = fill_spans(3, &spans);
+    REQUIRE(spans.size() >= 3);
     Span* first = spans[0];
-    unsigned kept = kept_count();
+    const unsigned kept = kept_count();
     for (void* p : blocks_of(v, first)) fw_free(p);
-    CHECK(state_of(first) == kFree);
-    CHECK(kept_count() == kept - 1);
+    CHECK(state_of(first) == kHot);
+    CHECK(first->owner.load() == lab_current());
+    CHECK(kept_count() == kept);
+    const uint32_t carved = first->carved.load();
+    CHECK(local_of(first) == carved);
     CHECK(fw_check_heap() == 0);
+    // Use up the hot span: the emptied span is the one with the most free blocks.
+    const unsigned c = class_of(kSize);
+    Span* hot = lab_current()->hot[c];
+    std::vector<void*> more;
+    while (lab_current()->hot[c] == hot) more.push_back(fw_malloc(kSize));
+    CHECK(lab_current()->hot[c] == first);
+    for (uint32_t i = 1; i < carved; i++) more.push_back(fw_malloc(kSize));
+    size_t from_first = 0;
+    for (void* p : more) from_first += span_of(p) == first;
+    CHECK(from_first == carved);
+    CHECK(first->carved.load() == carved);
+    CHECK(fw_check_heap() == 0);
+    for (void* p : more) fw_free(p);
+    for (void* p : v)
+      if (span_of(p) != first) fw_free(p);
+  }).join();
+  CHECK(fw_check_heap() == 0);
+}
+
+TEST_CASE("an emptied kept span goes back to the span-pool when its thread next takes a span from the shared stacks") {
+  std::thread([] {
+    std::vector<Span*> spans;
+    std::vector<void*> v = fill_spans(3, &spans);
+    REQUIRE(spans.size() >= 3);
+    Span* first = spans[0];
+    const unsigned kept = kept_count();
+    for (void* p : blocks_of(v, first)) fw_free(p);
+    CHECK(state_of(first) == kHot);
+    // Blocks of another class until the thread takes a span for it (its LAB
+    // may be a parked one, with spans of that class already).
+    const unsigned c2 = class_of(4 * kSize);
+    REQUIRE(c2 != class_of(kSize));
+    std::vector<void*> other;
+    Span* hot = lab_current()->hot[c2];
+    bool took = false;
+    while (!took && other.size() < (kKeptSpans + 2) * class_info(c2).capacity) {
+      Span* was_kept[kKeptSpans];
+      const unsigned n = lab_current()->kept_n[c2];
+      std::copy(lab_current()->kept[c2], lab_current()->kept[c2] + n, was_kept);
+      other.push_back(fw_malloc(4 * kSize));
+      Span* now = lab_current()->hot[c2];
+      took = now != hot && std::find(was_kept, was_kept + n, now) == was_kept + n;
+      hot = now;
+      if (!took) CHECK(state_of(first) == kHot);
+    }
+    CHECK(took);
+    // Given back: free in the pool, or already the span the thread just took.
+    CHECK(kept_count() == kept - 1);
+    CHECK(std::count(lab_current()->kept[class_of(kSize)], lab_current()->kept[class_of(kSize)] + kept_count(), first) == 0);
+    CHECK((state_of(first) == kFree || first->cls.load() == c2));
+    CHECK(fw_check_heap() == 0);
+    for (void* p : other) fw_free(p);
     for (void* p : v)
       if (span_of(p) != first) fw_free(p);
   }).join();
