@@ -57,9 +57,9 @@ struct Region {
   std::atomic<uint32_t> inited;      // descriptors of its slice initialised so far (kept when the id is recycled)
 };
 
-extern std::atomic<Span*> g_region_map[kRegionMapEntries];
-extern std::atomic<Span*> g_spans;
-extern Region g_regions[kMaxRegions];
+extern FW_HIDDEN std::atomic<Span*> g_region_map[kRegionMapEntries];
+extern FW_HIDDEN std::atomic<Span*> g_spans;
+extern FW_HIDDEN Region g_regions[kMaxRegions];
 
 // Prepares the descriptor table. Lock-free and idempotent; false if the OS
 // refused the reservation.

@@ -10,6 +10,15 @@
 #define FW_NOINLINE __attribute__((noinline))
 #define FW_COLD __attribute__((noinline, cold))
 #define FW_EXPORT __attribute__((visibility("default")))
+// On the declarations of the core's globals: -fvisibility=hidden marks only
+// definitions, so code in another file would reach an extern global through
+// the GOT (which the linker turns into a lea, then the load); declared hidden,
+// it is one RIP-relative access. PE has no visibility.
+#if defined(_WIN32)
+#define FW_HIDDEN
+#else
+#define FW_HIDDEN __attribute__((visibility("hidden")))
+#endif
 
 // FREEWAY_HARDENING=0 compiles out the per-free checks of secure.h (only to
 // measure what they cost; the product always ships with them).

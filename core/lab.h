@@ -172,10 +172,10 @@ struct Lab {
   void* quarantine[kLabQuarantine];
 };
 
-extern Lab g_lab_empty;  // a thread that has not called freeway yet
-extern Lab g_lab_busy;   // the thread is inside malloc/free
-extern Lab g_lab_dead;   // the thread's LAB was released at thread exit
-extern Lab g_lab_secure; // secure mode: the thread's LAB is elsewhere, every call takes the slow path
+extern FW_HIDDEN Lab g_lab_empty;  // a thread that has not called freeway yet
+extern FW_HIDDEN Lab g_lab_busy;   // the thread is inside malloc/free
+extern FW_HIDDEN Lab g_lab_dead;   // the thread's LAB was released at thread exit
+extern FW_HIDDEN Lab g_lab_secure; // secure mode: the thread's LAB is elsewhere, every call takes the slow path
 
 // The pending chain slot of span d: consecutive descriptors get consecutive slots.
 FW_INLINE unsigned pending_slot(const Span* d) {

@@ -66,7 +66,7 @@ struct alignas(64) PercpuState {
   Lab** slots;
   uint64_t* counts;      // ncpu rows of kCpuCountStride
 };
-extern PercpuState g_percpu;
+extern FW_HIDDEN PercpuState g_percpu;
 
 FW_INLINE bool percpu_on() { return g_percpu.on.load(std::memory_order_acquire); }
 

@@ -30,8 +30,8 @@
 
 namespace fw {
 
-extern std::atomic<uint64_t> g_canary_key;  // never 0 once initialised
-extern std::atomic<uint64_t> g_list_key;    // 0 unless FREEWAY_SECURE=1
+extern FW_HIDDEN std::atomic<uint64_t> g_canary_key;  // never 0 once initialised
+extern FW_HIDDEN std::atomic<uint64_t> g_list_key;    // 0 unless FREEWAY_SECURE=1
 
 // Draws the keys (once; racing callers agree through CAS). Must run before any
 // block is carved: arena_init calls it.

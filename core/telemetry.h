@@ -26,7 +26,7 @@
 
 namespace fw {
 
-extern std::atomic<fwt_header*> g_telemetry;
+extern FW_HIDDEN std::atomic<fwt_header*> g_telemetry;
 
 void telemetry_event_write(fwt_header* h, uint32_t kind, uint32_t arg, uint64_t addr, uint64_t size);
 
