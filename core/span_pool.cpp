@@ -411,10 +411,14 @@ static uint32_t pick_from_top(SpanStack& st, uint64_t enough, Score score) {
 static Span* take_run_from(unsigned w, uint32_t n, uint64_t want) {
   if (n <= kExactRuns) {
     for (uint32_t m = n; m <= kExactRuns; m++) {
-      // Of the top few runs of this length, one with `want` bytes committed
-      // (no page faults ahead), else the one with the most.
-      uint32_t best = pick_from_top(g_exact[w][m], want, [](uint32_t i) {
-        return int64_t(span_at(i)->committed.load(std::memory_order_relaxed));
+      // Of the top few runs of this length, the one with `want` bytes
+      // committed (no page faults ahead) and the fewest more, which leaves
+      // the runs with more pages to bigger blocks; else the one with the
+      // most. One within 64 KiB of `want` ends the look.
+      constexpr int64_t kCovers = int64_t(1) << 60;
+      uint32_t best = pick_from_top(g_exact[w][m], uint64_t(kCovers - (64 << 10)), [want](uint32_t i) {
+        const uint64_t c = span_at(i)->committed.load(std::memory_order_relaxed);
+        return c >= want ? kCovers - int64_t(c - want) : int64_t(c);
       });
       if (best != kNoIndex) return split(best, m, n);
     }

@@ -141,6 +141,29 @@ TEST_CASE("a take for a block that wants pages splits a run with pages before it
   CHECK(pool_is_valid());
 }
 
+TEST_CASE("of warm runs of one length, a take keeps the one whose pages cover the block with the fewest to spare") {
+  // Given back in this order, the run with every page is above the one with
+  // just enough; a clean-ish one is on top.
+  Span* fit = pool_take_run(6, 0);
+  Span* full = pool_take_run(6, 0);
+  Span* thin = pool_take_run(6, 0);
+  REQUIRE((fit != nullptr && full != nullptr && thin != nullptr));
+  for (Span* s : {fit, full, thin}) span_trim(s, 0);
+  REQUIRE(span_commit(fit, 4 * kVspanSize));
+  REQUIRE(span_commit(full, 6 * kVspanSize));
+  REQUIRE(span_commit(thin, 2 * kVspanSize));
+  pool_give(fit, 6);
+  pool_give(full, 6);
+  pool_give(thin, 6);
+  const uint64_t want = 3 * kVspanSize;
+  Span* got = pool_take_run(6, want);
+  REQUIRE(got != nullptr);
+  CHECK(got->committed.load() >= want);               // no page faults ahead
+  CHECK(got->committed.load() <= 4 * kVspanSize);     // and the fully committed run left for a bigger block
+  pool_give(got, 6);
+  CHECK(pool_is_valid());
+}
+
 TEST_CASE("a span's committed pages sit at its colour while it holds small blocks, and move when its use does") {
   const unsigned c = class_of(64);
   // A span whose colour for class c is not 0 (one descriptor in 16 has 0).
