@@ -43,6 +43,27 @@ std::vector<void*> blocks_of(const std::vector<void*>& v, const Span* s) {
   return out;
 }
 
+// Fills three spans and frees every block of the first, which stays kept:
+// returns it, with the blocks still in use in *v.
+Span* empty_first_of_three(std::vector<void*>* v) {
+  std::vector<Span*> spans;
+  *v = fill_spans(3, &spans);
+  REQUIRE(spans.size() >= 3);
+  Span* first = spans[0];
+  const unsigned kept = kept_count();
+  for (void* p : blocks_of(*v, first)) fw_free(p);
+  CHECK(state_of(first) == kHot);
+  CHECK(first->owner.load() == lab_current());
+  CHECK(kept_count() == kept);
+  CHECK(fw_check_heap() == 0);
+  return first;
+}
+
+void free_all_but(const std::vector<void*>& v, const Span* emptied) {
+  for (void* p : v)
+    if (span_of(p) != emptied) fw_free(p);
+}
+
 }  // namespace
 
 TEST_CASE("a span the thread filled stays its own, and its frees into it are local") {
@@ -103,18 +124,10 @@ TEST_CASE("when the hot span runs out, the kept span with the most free blocks b
 TEST_CASE("a kept span whose last block in use is freed stays kept, and the thread's next blocks of its class "
           "come off its own list, with no carving") {
   std::thread([] {
-    std::vector<Span*> spans;
-    std::vector<void*> v = fill_spans(3, &spans);
-    REQUIRE(spans.size() >= 3);
-    Span* first = spans[0];
-    const unsigned kept = kept_count();
-    for (void* p : blocks_of(v, first)) fw_free(p);
-    CHECK(state_of(first) == kHot);
-    CHECK(first->owner.load() == lab_current());
-    CHECK(kept_count() == kept);
+    std::vector<void*> v;
+    Span* first = empty_first_of_three(&v);
     const uint32_t carved = first->carved.load();
     CHECK(local_of(first) == carved);
-    CHECK(fw_check_heap() == 0);
     // Use up the hot span: the emptied span is the one with the most free blocks.
     const unsigned c = class_of(kSize);
     Span* hot = lab_current()->hot[c];
@@ -128,21 +141,16 @@ TEST_CASE("a kept span whose last block in use is freed stays kept, and the thre
     CHECK(first->carved.load() == carved);
     CHECK(fw_check_heap() == 0);
     for (void* p : more) fw_free(p);
-    for (void* p : v)
-      if (span_of(p) != first) fw_free(p);
+    free_all_but(v, first);
   }).join();
   CHECK(fw_check_heap() == 0);
 }
 
 TEST_CASE("an emptied kept span goes back to the span-pool when its thread next takes a span from the shared stacks") {
   std::thread([] {
-    std::vector<Span*> spans;
-    std::vector<void*> v = fill_spans(3, &spans);
-    REQUIRE(spans.size() >= 3);
-    Span* first = spans[0];
+    std::vector<void*> v;
+    Span* first = empty_first_of_three(&v);
     const unsigned kept = kept_count();
-    for (void* p : blocks_of(v, first)) fw_free(p);
-    CHECK(state_of(first) == kHot);
     // Blocks of another class until the thread takes a span for it (its LAB
     // may be a parked one, with spans of that class already).
     const unsigned c2 = class_of(4 * kSize);
@@ -167,8 +175,7 @@ TEST_CASE("an emptied kept span goes back to the span-pool when its thread next 
     CHECK((state_of(first) == kFree || first->cls.load() == c2));
     CHECK(fw_check_heap() == 0);
     for (void* p : other) fw_free(p);
-    for (void* p : v)
-      if (span_of(p) != first) fw_free(p);
+    free_all_but(v, first);
   }).join();
   CHECK(fw_check_heap() == 0);
 }
