@@ -43,8 +43,10 @@ bool zone_mode() { return (g_table.load(std::memory_order_acquire) & kZoneBit) !
 // reserved room for runs: kCapUnread before the first look in this process.
 enum : uint32_t { kCapUnread = 0, kCapNone = 1, kCapSet = 2 };
 std::atomic<uint32_t> g_cap{kCapUnread};
-void read_cap() {
-  g_cap.store(os::address_space_limited() ? kCapSet : kCapNone, std::memory_order_relaxed);
+uint32_t read_cap() {
+  const uint32_t c = os::address_space_limited() ? kCapSet : kCapNone;
+  g_cap.store(c, std::memory_order_relaxed);
+  return c;
 }
 
 // Picks the zone: a random slot in the unused middle of the address space (far
@@ -334,10 +336,7 @@ uint32_t arena_fresh_vspans(uint32_t n, uint32_t* leftover, uint32_t* leftover_l
 
 bool arena_capped() {
   uint32_t c = g_cap.load(std::memory_order_relaxed);
-  if (c == kCapUnread) {
-    read_cap();
-    c = g_cap.load(std::memory_order_relaxed);
-  }
+  if (c == kCapUnread) c = read_cap();
   return c == kCapSet;
 }
 
