@@ -24,8 +24,10 @@ int check_heap() {
   uint64_t in_use[kClassCount] = {};
   for (Lab* lab = lab_first(); lab != nullptr; lab = lab->all_next.load(std::memory_order_acquire)) {
     if (!lab_is_valid(lab)) bad++;
-    for (const PendingChain& ch : lab->pending)
+    for (unsigned i = 0; i <= lab->pending_mask && i < kPendingMax; i++) {
+      const PendingChain& ch = lab->pending[i];
       if (ch.span != nullptr) in_use[ch.span->cls.load(std::memory_order_relaxed)] -= pending_count(ch);
+    }
     for (unsigned c = 0; c < kClassCount; c++) {
       uint64_t n = 0;
       for (void* b = lab->free[c]; b != nullptr && n < (1u << 20); b = block_next(b)) n++;

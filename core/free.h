@@ -3,9 +3,9 @@
 // The fast path (free_block) handles a block of a span the calling thread's
 // LAB owns, its hot span of the class or one it keeps (lab.h: its older
 // blocks), in one path with no search, and a block of a span that already has
-// a pending chain in the LAB with room left (lab.h), so frees into spans the
-// thread let float cost one CAS per chain (up to kPendingBytes of blocks), not
-// one each. For an owned span:
+// a pending chain in the LAB with room for more than that block (lab.h), so
+// frees into spans the thread let float cost one CAS per chain (up to
+// kPendingBudget / slots bytes of blocks), not one each. For an owned span:
 //   test the per-CPU flag; load the thread slot; store BUSY; region map load;
 //   descriptor load; compare its owner with the LAB; block check (subtract the
 //   span's colour, multiply, rotate, compare with carved); canary check and
@@ -161,9 +161,11 @@ FW_INLINE void free_block_impl(void* p, size_t n_size, bool aligned) {
       return free_slow(lab, p, d);
     own_push_fast(d, p, own_count(d));
   } else {
-    // A span with a pending chain in this LAB that has room: onto the chain.
-    PendingChain* ch = &lab->pending[pending_slot(d)];
-    if (FW_UNLIKELY(d != ch->span || chain_room(ch->top) == 0)) {
+    // A span with a pending chain in this LAB with room for more than this
+    // block: onto the chain (the block that fills it goes to the slow path,
+    // which gives the chain to its span at once).
+    PendingChain* ch = &lab->pending[pending_slot_in(lab, d)];
+    if (FW_UNLIKELY(d != ch->span || chain_room(ch->top) <= 1)) {
       if constexpr (kSized) return free_slow_sized(lab, p, d, n_size, aligned);
       return free_slow(lab, p, d);
     }

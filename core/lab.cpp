@@ -50,6 +50,7 @@ Lab* lab_new() {
   Lab* lab = static_cast<Lab*>(os::alloc_metadata(bytes));  // zero-filled
   if (lab == nullptr) return nullptr;
   lab->id = id;
+  lab->pending_mask = kPendingChains - 1;
   g_lab_table[id].store(lab, std::memory_order_release);
   Lab* head = g_lab_all.load(std::memory_order_relaxed);
   do {
@@ -226,12 +227,20 @@ void lab_put_transient(Lab* lab) {
 
 namespace {
 
+// Gives chain i to its span. Its class's bit stays set (pending_of_class may
+// name empty slots: flush_pending_class clears it).
 void chain_flush(Lab* lab, unsigned i) {
   PendingChain& ch = lab->pending[i];
   if (ch.span == nullptr) return;
-  lab->pending_of_class[ch.span->cls.load(std::memory_order_relaxed)] &= ~(uint64_t(1) << i);
+  lab->pending_bytes -= ch.limit * ch.span->block_size.load(std::memory_order_relaxed);
   span_free_list(ch.span, chain_head(ch.top), ch.tail, pending_count(ch));
   ch = PendingChain{};
+}
+
+// Gives every chain to its span, keeping the slot count.
+void give_all_chains(Lab* lab) {
+  for (unsigned i = 0; i <= lab->pending_mask; i++) chain_flush(lab, i);
+  for (uint64_t& bits : lab->pending_of_class) bits = 0;
 }
 
 // Per-thread LABs outside secure mode. CPU LABs kept spans too in a first
@@ -320,13 +329,40 @@ bool kept_switch(Lab* lab, unsigned c) {
 // Before lab takes a new span for class c: its pending frees of class c go to
 // their spans first, which may make them reusable (the blowup bound).
 void flush_pending_class(Lab* lab, unsigned c) {
-  while (uint64_t bits = lab->pending_of_class[c]) chain_flush(lab, unsigned(__builtin_ctzll(bits)));
+  for (uint64_t bits = lab->pending_of_class[c]; bits != 0; bits &= bits - 1) {
+    for (unsigned i = unsigned(__builtin_ctzll(bits)); i <= lab->pending_mask; i += kPendingChains) {
+      const Span* s = lab->pending[i].span;
+      if (s != nullptr && s->cls.load(std::memory_order_relaxed) == c) chain_flush(lab, i);
+    }
+  }
+  lab->pending_of_class[c] = 0;
+}
+
+// At the end of a window of chain starts (lab.h): doubles or halves the slots
+// of a per-thread LAB by how many starts evicted another span's chain.
+void resize_slots(Lab* lab) {
+  const uint32_t slots = lab->pending_mask + 1;
+  uint32_t to = slots;
+  if (lab->pending_conflicts > slots / 4 && slots < kPendingMax)
+    to = slots * 2;
+  else if (lab->pending_buddies < slots / 32 && slots > kPendingChains)
+    to = slots / 2;
+  lab->pending_started = 0;
+  lab->pending_conflicts = 0;
+  lab->pending_buddies = 0;
+  if (to == slots || !keeps_spans(lab)) return;
+  give_all_chains(lab);  // each chain's slot and limit depend on the slot count
+  lab->pending_mask = to - 1;
 }
 
 }  // namespace
 
 void lab_flush_pending(Lab* lab) {
-  for (unsigned i = 0; i < kPendingChains; i++) chain_flush(lab, i);
+  give_all_chains(lab);
+  lab->pending_mask = kPendingChains - 1;  // the LAB may become a CPU LAB next
+  lab->pending_started = 0;
+  lab->pending_conflicts = 0;
+  lab->pending_buddies = 0;
 }
 
 void lab_collect_parked() { expire_parked(UINT64_MAX); }
@@ -343,10 +379,12 @@ uint32_t lab_pending_count(const Lab* lab) {
   // aligned words give values they had, perhaps of two states of a chain (a
   // figure, never followed; descriptors are never unmapped).
   uint32_t n = 0;
-  for (const PendingChain& ch : lab->pending) {
+  const uint32_t slots = (__atomic_load_n(&lab->pending_mask, __ATOMIC_RELAXED) & (kPendingMax - 1)) + 1;
+  for (unsigned i = 0; i < slots; i++) {
+    const PendingChain& ch = lab->pending[i];
     const Span* s = __atomic_load_n(&ch.span, __ATOMIC_RELAXED);
     if (s == nullptr) continue;
-    uint32_t limit = pending_limit(s->block_size.load(std::memory_order_relaxed));
+    uint32_t limit = __atomic_load_n(&ch.limit, __ATOMIC_RELAXED);
     uint32_t room = chain_room(__atomic_load_n(&ch.top, __ATOMIC_RELAXED));
     n += room < limit ? limit - room : 0;
   }
@@ -354,15 +392,42 @@ uint32_t lab_pending_count(const Lab* lab) {
 }
 
 void lab_defer_free(Lab* lab, Span* s, void* p) {
-  unsigned i = pending_slot(s);
-  PendingChain& ch = lab->pending[i];
-  if (ch.span != s || chain_room(ch.top) == 0) {
+  unsigned i = pending_slot_in(lab, s);
+  PendingChain* ch = &lab->pending[i];
+  if (ch->span != s || chain_room(ch->top) == 0) {
+    if (ch->span != nullptr && ch->span != s && chain_room(ch->top) != 0) lab->pending_conflicts++;
+    if (lab->pending_mask >= kPendingChains) {
+      const PendingChain& partner = lab->pending[i ^ ((lab->pending_mask + 1) / 2)];
+      if (partner.span != nullptr && chain_room(partner.top) != 0) lab->pending_buddies++;
+    }
     chain_flush(lab, i);
-    ch = PendingChain{s, chain_top(nullptr, pending_limit(s->block_size.load(std::memory_order_relaxed))), p};
-    lab->pending_of_class[s->cls.load(std::memory_order_relaxed)] |= uint64_t(1) << i;
+    if (++lab->pending_started > lab->pending_mask) {
+      resize_slots(lab);
+      i = pending_slot_in(lab, s);
+      ch = &lab->pending[i];
+    }
+    const uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
+    uint32_t limit = pending_limit(bsize, lab->pending_mask + 1);
+    // No more than the blocks s has in use (p among them): the chain that
+    // takes a span's last blocks then fills, and goes to the span at once
+    // (below), which returns the span to the pool; a chain still waiting for
+    // more would keep it from being empty until its slot is wanted, and a
+    // LAB may have thousands of chains. (Other threads' frees may lower the
+    // count meanwhile: then the chain just waits, as any chain does.)
+    const uint32_t in_use = s->carved.load(std::memory_order_relaxed) -
+                            Anchor::unpack(s->anchor.load(std::memory_order_relaxed)).count;
+    if (in_use >= 1 && in_use < limit) limit = in_use;
+    // Chains of blocks bigger than their share can overrun the budget: then
+    // every chain goes to its span first.
+    if (lab->pending_bytes + limit * bsize > kPendingBudget) give_all_chains(lab);
+    lab->pending_bytes += limit * bsize;
+    *ch = PendingChain{s, chain_top(nullptr, limit), p, limit, 0};
+    lab->pending_of_class[s->cls.load(std::memory_order_relaxed)] |= uint64_t(1) << (i % kPendingChains);
   }
-  block_link(p, chain_head(ch.top));
-  ch.top = chain_top(p, chain_room(ch.top) - 1);
+  block_link(p, chain_head(ch->top));
+  ch->top = chain_top(p, chain_room(ch->top) - 1);
+  // Full: to its span now (free's fast path leaves the filling push to us).
+  if (chain_room(ch->top) == 0) chain_flush(lab, i);
 }
 
 void lab_flush(Lab* lab) {
@@ -479,23 +544,33 @@ bool own_list_is_valid(const Span* s) {
 
 bool lab_is_valid(const Lab* lab) {
   bool ok = true;
+  const uint32_t slots = lab->pending_mask + 1;
+  if ((slots & (slots - 1)) != 0 || slots < kPendingChains || slots > kPendingMax ||
+      (slots != kPendingChains && !keeps_spans(lab)))
+    ok = report_invariant("lab: pending slot count not a power of two in range, or grown in a LAB that keeps none", slots);
   uint64_t of_class[kClassCount] = {};  // the masks, derived from the chains
-  for (unsigned i = 0; i < kPendingChains; i++) {
+  uint64_t bytes = 0;
+  for (unsigned i = 0; i < slots && i < kPendingMax; i++) {
     const PendingChain& ch = lab->pending[i];
     uint32_t n = 0, count = pending_count(ch);
     for (void* b = chain_head(ch.top); b != nullptr && n <= count; b = block_next(b)) n++;
     if (n != count || (ch.span == nullptr) != (n == 0))
       ok = report_invariant("lab: pending chain does not match its count", n);
     if (ch.span == nullptr) continue;
-    if (pending_slot(ch.span) != i) ok = report_invariant("lab: pending chain in another span's slot", span_index(ch.span));
+    if (pending_slot_in(lab, ch.span) != i)
+      ok = report_invariant("lab: pending chain in another span's slot", span_index(ch.span));
+    bytes += uint64_t(ch.limit) * ch.span->block_size.load(std::memory_order_relaxed);
     unsigned c = ch.span->cls.load(std::memory_order_relaxed);
     if (c < kClassCount)
-      of_class[c] |= uint64_t(1) << i;
+      of_class[c] |= uint64_t(1) << (i % kPendingChains);
     else
       ok = report_invariant("lab: pending chain of a span with no size class", span_index(ch.span));
   }
   for (unsigned c = 0; c < kClassCount; c++)
-    if (of_class[c] != lab->pending_of_class[c]) ok = report_invariant("lab: pending chains differ from their class mask", c);
+    if ((of_class[c] & ~lab->pending_of_class[c]) != 0)
+      ok = report_invariant("lab: a pending chain's class mask lacks its bit", c);
+  if (bytes != lab->pending_bytes || bytes > kPendingBudget)
+    ok = report_invariant("lab: pending chains hold other than their byte count, or over the budget", uint32_t(bytes));
   for (unsigned c = 0; c < kClassCount; c++) {
     const Span* s = lab->hot[c];
     if (s == nullptr) {

@@ -45,11 +45,17 @@
 //   LAB, none of them hot[c], at most kept_limit(c) of them; only per-thread
 //   LABs outside secure mode keep spans (keeps_spans), every other LAB has
 //   kept_n[c] == 0.
+//   pending_mask + 1 (the chain slots in use) is a power of two from
+//   kPendingChains to kPendingMax, kPendingChains unless the LAB is a
+//   per-thread one outside secure mode; 0 in a placeholder (its one slot,
+//   pending[0], stays empty);
 //   for each pending chain ch: ch.span == nullptr  <=>  the chain is empty;
-//   otherwise ch is the slot of ch.span (pending_slot), and head..tail holds
-//   pending_count(ch) = pending_limit - room >= 1 checked, canaried blocks of
-//   ch.span, which the span still counts as in use; bit i of
-//   pending_of_class[c] is set  <=>  pending[i].span is of class c.
+//   otherwise ch is in the slot of ch.span (pending_slot_in) below
+//   pending_mask + 1, and head..tail holds pending_count(ch) = limit - room
+//   >= 1 checked, canaried blocks of ch.span, which the span still counts as
+//   in use; pending[i].span is of class c  =>  bit i % 64 of
+//   pending_of_class[c] is set; pending_bytes == the sum over chains of
+//   limit * block size <= kPendingBudget.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -116,21 +122,48 @@ FW_INLINE unsigned kept_limit(unsigned c) {
 
 // Blocks freed into one span this LAB does not own, not yet given to it:
 // freeing into that span again is plain pointer work. The chain goes to the
-// span in one CAS when a free finds it full (kPendingBytes of blocks), when a
+// span in one CAS when it fills (a per-thread LAB's slow path takes the
+// filling free; a CPU LAB's next free into the span finds it full), when a
 // free into another span needs its slot, before the LAB takes a new span of
-// that class, and when the LAB is flushed. A LAB has kPendingChains of them, one slot per
-// span descriptor (pending_slot), so a thread freeing its older blocks of many
-// spans in random order (Larson's server, shbench) still batches its frees.
+// that class, and when the LAB is flushed. A chain takes no more blocks than
+// its span had in use when it started, so the chain holding a span's last
+// blocks gives them back as it fills and the span goes to the pool. Each span
+// descriptor has one slot (pending_slot_in: consecutive descriptors get
+// consecutive slots), so a thread freeing its older blocks of many spans in
+// random order (Larson's server, shbench) still batches its frees.
+//
+// The slots grow with the spans the thread frees into. A LAB starts with
+// kPendingChains of them; a thread that frees in random order into more
+// floated spans than that (dropping a big structure: perl's `undef %h`,
+// bench/teardown) would evict a chain of one block at nearly every free, a
+// CAS each, and on x86 that CAS also waits for the free's own cache miss, so
+// successive frees could not overlap their misses. So a per-thread LAB
+// counts, over each window of as many chain starts as it has slots, the
+// starts that evicted another span's chain with room left (conflicts), and
+// the starts whose slot's partner with half the slots (slot i and
+// i + slots/2) held a chain with room left (conflicts they would have been).
+// Conflicts in more than a quarter of the window double its slots (up to
+// kPendingMax); partners in fewer than 1/32 halve them (down to
+// kPendingChains): with half the slots, fewer than 1/16 of the starts would
+// have conflicted, well below what doubles them again. Either way every
+// chain goes to its span first. A chain holds at most kPendingBudget / slots
+// bytes of blocks (at least one block), and all of a LAB's chains at most
+// kPendingBudget, so the blowup bound's pending term stays what it was with
+// 64 slots of 16 KiB (docs/design.md). CPU LABs keep kPendingChains slots:
+// per-CPU mode's fast path (rseq_push_counted) finds a chain by pending_slot.
 //
 // The chain's head and its room share one word, `top` (head address in bits
 // 0..47, room above), so that a push is one store: per-CPU mode's fast path
 // (platform/rseq.h, rseq_push_counted) commits it in a single instruction.
 struct PendingChain {
   Span* span;    // nullptr: the slot is empty; first: rseq_push_counted compares it
-  uint64_t top;  // head | room << kChainRoomShift; room: frees the chain still takes,
-                 // at 0 the next one gives it to its span
+  uint64_t top;  // head | room << kChainRoomShift; room: frees the chain still takes
+                 // (0 only in a CPU LAB, until its next free into the span gives it)
   void* tail;
+  uint32_t limit;  // blocks the chain takes in all (its room when it started)
+  uint32_t unused;
 };
+static_assert(sizeof(PendingChain) == 32, "a slot is half a cache line");
 constexpr unsigned kChainRoomShift = 48;  // user addresses fit in 48 bits (config.h kAddressBits)
 static_assert(kAddressBits <= kChainRoomShift, "a chain's head fits below its room");
 FW_INLINE void* chain_head(uint64_t top) {
@@ -140,21 +173,30 @@ FW_INLINE uint32_t chain_room(uint64_t top) { return uint32_t(top >> kChainRoomS
 FW_INLINE uint64_t chain_top(const void* head, uint32_t room) {
   return reinterpret_cast<uintptr_t>(head) | (uint64_t(room) << kChainRoomShift);
 }
-constexpr unsigned kPendingChains = 64;  // pending_of_class is a 64-bit mask
-constexpr uint32_t kPendingBytes = 16 * 1024;
-// Blocks a chain of blocks of bsize bytes holds at most (at least 1).
-FW_INLINE uint32_t pending_limit(uint32_t bsize) { return bsize >= kPendingBytes ? 1 : kPendingBytes / bsize; }
+constexpr unsigned kPendingChains = 64;   // slots a LAB starts with; pending_of_class is a 64-bit mask
+constexpr unsigned kPendingMax = 4096;    // slots a LAB grows to (128 KiB of them, paged in as used)
+constexpr uint32_t kPendingBudget = 1024 * 1024;  // bytes a LAB's chains hold at most
+static_assert((kPendingMax & (kPendingMax - 1)) == 0 && kPendingMax % kPendingChains == 0, "slots double");
+// Blocks a chain of blocks of bsize bytes takes when the LAB has `slots` slots
+// (at least 1): 16 KiB of blocks with 64 slots, 256 bytes with 4096.
+FW_INLINE uint32_t pending_limit(uint32_t bsize, uint32_t slots) {
+  uint32_t bytes = kPendingBudget / slots;
+  return bsize >= bytes ? 1 : bytes / bsize;
+}
 // Blocks chain ch holds.
 FW_INLINE uint32_t pending_count(const PendingChain& ch) {
-  return ch.span == nullptr ? 0
-                            : pending_limit(ch.span->block_size.load(std::memory_order_relaxed)) - chain_room(ch.top);
+  return ch.span == nullptr ? 0 : ch.limit - chain_room(ch.top);
 }
 
 struct Lab {
   void* free[kClassCount];  // first: the fast path indexes it from the LAB pointer
   Span* hot[kClassCount + 1];  // hot[kNoClass] stays null: free's fast path indexes hot[] by any span's class
-  PendingChain pending[kPendingChains];
-  uint64_t pending_of_class[kClassCount];  // bit i: pending[i] holds blocks of that class
+  uint32_t pending_mask;       // slots in use - 1 (above)
+  uint32_t pending_started;    // chains started in this window
+  uint32_t pending_conflicts;  // of them, by evicting another span's chain with room left
+  uint32_t pending_buddies;    // of them, with a chain with room left in the slot they would share with half the slots
+  uint32_t pending_bytes;      // sum over chains of limit * block size
+  uint64_t pending_of_class[kClassCount];  // bit i % 64: pending[i] may hold blocks of that class
   Span* kept[kClassCount][kKeptSpans];     // kept spans (above), kept_n[c] of them per class
   uint8_t kept_n[kClassCount];
   std::atomic<uint64_t> allocs[kClassCount];
@@ -164,6 +206,9 @@ struct Lab {
   std::atomic<uint64_t> parked_at;  // os::now_ns() when it was parked (kLabParked)
   std::atomic<uint32_t> idle_next;  // link in the idle stack
   std::atomic<Lab*> all_next;       // link in the list of every LAB ever made
+  // After the fields every LAB uses: one that never grows touches only the
+  // first kPendingChains slots (2 KiB) of these 128 KiB.
+  PendingChain pending[kPendingMax];
   // Secure mode only (secure_heap.h), written by the holder alone: blocks its
   // thread freed that are not reusable yet, and the state of the generator
   // that picks their slots. Empty whenever the LAB is idle. Last, so that the
@@ -177,9 +222,14 @@ extern FW_HIDDEN Lab g_lab_busy;   // the thread is inside malloc/free
 extern FW_HIDDEN Lab g_lab_dead;   // the thread's LAB was released at thread exit
 extern FW_HIDDEN Lab g_lab_secure; // secure mode: the thread's LAB is elsewhere, every call takes the slow path
 
-// The pending chain slot of span d: consecutive descriptors get consecutive slots.
+// The pending chain slot of span d in a LAB with kPendingChains slots (a CPU
+// LAB's, per-CPU mode's fast path): consecutive descriptors get consecutive slots.
 FW_INLINE unsigned pending_slot(const Span* d) {
   return unsigned((reinterpret_cast<uintptr_t>(d) / sizeof(Span)) % kPendingChains);
+}
+// Its slot in lab, whatever lab's slot count (0 in a placeholder).
+FW_INLINE unsigned pending_slot_in(const Lab* lab, const Span* d) {
+  return unsigned(reinterpret_cast<uintptr_t>(d) / sizeof(Span)) & lab->pending_mask;
 }
 
 FW_INLINE bool is_placeholder(const Lab* lab) {

@@ -1,8 +1,10 @@
 // Thread caches (LABs): binding, local reuse, reentrancy, thread exit and adoption.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <thread>
 #include <vector>
 
@@ -138,16 +140,20 @@ TEST_CASE("frees into spans the thread let float wait in pending chains, one per
     REQUIRE(first != nullptr);
     std::vector<void*> mine, others;
     for (void* p : v) (span_of(p) == first ? mine : others).push_back(p);
-    const uint32_t limit = pending_limit(64);  // 16 KiB of 64-byte blocks
+    const uint32_t limit = pending_limit(64, kPendingChains);  // 16 KiB of 64-byte blocks
     REQUIRE(mine.size() > limit);
-    const PendingChain& ch = lab_current()->pending[pending_slot(first)];
-    for (uint32_t i = 0; i < limit; i++) fw_free(mine[i]);
+    const PendingChain& ch = lab_current()->pending[pending_slot_in(lab_current(), first)];
+    for (uint32_t i = 0; i + 1 < limit; i++) fw_free(mine[i]);
     // The frees wait in the chain: the span has not seen them.
     CHECK(ch.span == first);
-    CHECK(pending_count(ch) == limit);
+    CHECK(pending_count(ch) == limit - 1);
     CHECK(Anchor::unpack(first->anchor.load()).count == 0);
     CHECK(fw_check_heap() == 0);  // the block equation counts pending blocks as free
-    // The chain is full: the next free gives it to the span in one step.
+    // The free that fills the chain gives it to the span in one step.
+    fw_free(mine[limit - 1]);
+    CHECK(Anchor::unpack(first->anchor.load()).count == limit);
+    CHECK(ch.span == nullptr);
+    // The next one starts a new chain.
     fw_free(mine[limit]);
     CHECK(Anchor::unpack(first->anchor.load()).count == limit);
     CHECK(pending_count(ch) == 1);
@@ -155,12 +161,12 @@ TEST_CASE("frees into spans the thread let float wait in pending chains, one per
     void* other = nullptr;
     for (void* p : others) {
       Span* s = span_of(p);
-      if (s != nullptr && s->owner.load() == nullptr && pending_slot(s) != pending_slot(first)) other = p;
+      if (s != nullptr && s->owner.load() == nullptr && pending_slot_in(lab_current(), s) != pending_slot_in(lab_current(), first)) other = p;
     }
     REQUIRE(other != nullptr);
     fw_free(other);
     CHECK(pending_count(ch) == 1);
-    CHECK(lab_current()->pending[pending_slot(span_of(other))].span == span_of(other));
+    CHECK(lab_current()->pending[pending_slot_in(lab_current(), span_of(other))].span == span_of(other));
     // Taking a new span of the class first gives the class's chains to their spans.
     Span* hot = lab_current()->hot[class_of(64)];
     std::vector<void*> more;
@@ -179,6 +185,75 @@ TEST_CASE("frees into spans the thread let float wait in pending chains, one per
   fw_collect();
   CHECK(Anchor::unpack(first->anchor.load()).state == kFree);
   CHECK(fw_check_heap() == 0);
+}
+
+TEST_CASE("a thread freeing in random order into many more floated spans than it has chain slots grows its slots: "
+          "the frees are batched, the chains never hold more than the byte budget, every span goes back as its last "
+          "block is freed, and the slots shrink back") {
+  fw_collect();
+  Lab* lab = nullptr;
+  uint32_t most_slots = 0, most_held = 0, slots_after_grow = 0, slots_later = 0, not_returned = 0;
+  bool over_budget = false;
+  std::thread([&] {
+    // About 400 spans of 64-byte blocks, nearly all floated (FULL), freed in
+    // an order unrelated to their addresses, as a program drops a big hash.
+    const uint32_t per_span = class_info(class_of(64)).capacity;
+    std::vector<void*> v(size_t(per_span) * 400);
+    for (void*& p : v) p = fw_malloc(64);
+    REQUIRE(std::find(v.begin(), v.end(), nullptr) == v.end());
+    lab = lab_current();
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (size_t i = v.size() - 1; i > 0; i--) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      std::swap(v[i], v[x % (i + 1)]);
+    }
+    std::vector<Span*> spans;
+    for (void* p : v) spans.push_back(span_of(p));
+    std::sort(spans.begin(), spans.end());
+    spans.erase(std::unique(spans.begin(), spans.end()), spans.end());
+    for (size_t i = 0; i < v.size(); i++) {
+      fw_free(v[i]);
+      if (i % 512 == 0) {
+        uint32_t held = lab_pending_count(lab);
+        most_held = std::max(most_held, held);
+        most_slots = std::max(most_slots, lab->pending_mask + 1);
+        over_budget |= uint64_t(held) * 64 > kPendingBudget || lab->pending_bytes > kPendingBudget;
+      }
+      if (i == v.size() / 2) CHECK(fw_check_heap() == 0);  // the chains' blocks count as free
+    }
+    slots_after_grow = lab->pending_mask + 1;
+    // A chain takes no more blocks than its span has in use, and goes to the
+    // span as it fills: the chains holding each span's last blocks gave them
+    // back, and no span is left waiting with only pending blocks in use.
+    for (Span* s : spans) {
+      uint32_t state = Anchor::unpack(s->anchor.load()).state;
+      if (state == kFull || state == kPartial) not_returned++;
+    }
+    // Then frees in address order into a few floated spans: chains start
+    // with their partner slots empty, so the slots halve window by window.
+    std::vector<void*> w(size_t(per_span) * 60);
+    for (void*& p : w) p = fw_malloc(64);
+    REQUIRE(std::find(w.begin(), w.end(), nullptr) == w.end());
+    for (void* p : w) fw_free(p);
+    slots_later = lab->pending_mask + 1;
+    CHECK(fw_check_heap() == 0);
+  }).join();
+  std::printf("random frees into ~400 floated spans: slots grew to %u (%u at the end), chains held up to %u blocks "
+              "(%u KiB); spans left non-empty by chains: %u; after in-order frees into 60 spans: %u slots\n",
+              most_slots, slots_after_grow, most_held, most_held * 64 / 1024, not_returned, slots_later);
+  // With kPendingChains slots (before they could grow) nearly every free
+  // evicted a chain of one block: the chains held about 70 blocks at a time.
+  CHECK(most_slots >= 256);
+  CHECK(most_held > 8 * kPendingChains);
+  CHECK_FALSE(over_budget);
+  CHECK(not_returned == 0);
+  CHECK(slots_later < slots_after_grow);
+  // Thread exit gave every chain to its span and set the slots back: the LAB
+  // may become a CPU LAB next, whose fast path uses kPendingChains slots.
+  CHECK(lab->pending_mask + 1 == kPendingChains);
+  CHECK(lab_pending_count(lab) == 0);
+  CHECK(fw_check_heap() == 0);
+  fw_collect();
 }
 
 TEST_CASE("a thread's LAB is parked at exit with its spans, and the next thread takes it whole: its frees of the blocks it was handed are owner frees") {
