@@ -144,8 +144,8 @@ FW_INLINE unsigned kept_limit(unsigned c) {
 // i + slots/2) held a chain with room left (conflicts they would have been).
 // Conflicts in more than a quarter of the window double its slots (up to
 // kPendingMax); partners in fewer than 1/32 halve them (down to
-// kPendingChains): with half the slots, fewer than 1/16 of the starts would
-// have conflicted, well below what doubles them again. Either way every
+// kPendingChains): with half the slots, fewer than 1/32 of the starts would
+// have conflicted, well below the quarter that doubles them again. Either way every
 // chain goes to its span first. A chain holds at most kPendingBudget / slots
 // bytes of blocks (at least one block), and all of a LAB's chains at most
 // kPendingBudget, so the blowup bound's pending term stays what it was with
