@@ -48,8 +48,7 @@ static void *run(void *arg) {
   struct worker *w = arg;
   uint64_t rng = (seed + 1) * 0x9E3779B97F4A7C15ULL + (uint64_t)w->id * 0xBF58476D1CE4E5B9ULL;
   rng |= 1;
-  unsigned char **a = malloc((size_t)nblocks * sizeof *a);
-  if (!a) { fprintf(stderr, "teardown: out of memory\n"); exit(2); }
+  unsigned char **a = malloc_or_die((size_t)nblocks * sizeof *a);
   gate_wait();
   double t0 = now();
   for (long i = 0; i < nblocks; i++) {

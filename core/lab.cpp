@@ -338,6 +338,13 @@ void flush_pending_class(Lab* lab, unsigned c) {
   lab->pending_of_class[c] = 0;
 }
 
+// Starts a new window of chain starts (lab.h).
+void new_window(Lab* lab) {
+  lab->pending_started = 0;
+  lab->pending_conflicts = 0;
+  lab->pending_buddies = 0;
+}
+
 // At the end of a window of chain starts (lab.h): doubles or halves the slots
 // of a per-thread LAB by how many starts evicted another span's chain.
 void resize_slots(Lab* lab) {
@@ -347,9 +354,7 @@ void resize_slots(Lab* lab) {
     to = slots * 2;
   else if (lab->pending_buddies < slots / 32 && slots > kPendingChains)
     to = slots / 2;
-  lab->pending_started = 0;
-  lab->pending_conflicts = 0;
-  lab->pending_buddies = 0;
+  new_window(lab);
   if (to == slots || !keeps_spans(lab)) return;
   give_all_chains(lab);  // each chain's slot and limit depend on the slot count
   lab->pending_mask = to - 1;
@@ -360,9 +365,7 @@ void resize_slots(Lab* lab) {
 void lab_flush_pending(Lab* lab) {
   give_all_chains(lab);
   lab->pending_mask = kPendingChains - 1;  // the LAB may become a CPU LAB next
-  lab->pending_started = 0;
-  lab->pending_conflicts = 0;
-  lab->pending_buddies = 0;
+  new_window(lab);
 }
 
 void lab_collect_parked() { expire_parked(UINT64_MAX); }

@@ -145,11 +145,11 @@ FW_INLINE unsigned kept_limit(unsigned c) {
 // Conflicts in more than a quarter of the window double its slots (up to
 // kPendingMax); partners in fewer than 1/32 halve them (down to
 // kPendingChains): with half the slots, fewer than 1/32 of the starts would
-// have conflicted, well below the quarter that doubles them again. Either way every
-// chain goes to its span first. A chain holds at most kPendingBudget / slots
-// bytes of blocks (at least one block), and all of a LAB's chains at most
-// kPendingBudget, so the blowup bound's pending term stays what it was with
-// 64 slots of 16 KiB (docs/design.md). CPU LABs keep kPendingChains slots:
+// have conflicted, well below the quarter that doubles them again. Either way
+// every chain goes to its span first. A chain holds at most kPendingBudget /
+// slots bytes of blocks (at least one block), and all of a LAB's chains at
+// most kPendingBudget, so the blowup bound's pending term stays what it was
+// with 64 slots of 16 KiB (docs/design.md). CPU LABs keep kPendingChains slots:
 // per-CPU mode's fast path (rseq_push_counted) finds a chain by pending_slot.
 //
 // The chain's head and its room share one word, `top` (head address in bits
