@@ -162,8 +162,10 @@ FW_INLINE void free_block_impl(void* p, size_t n_size, bool aligned) {
     own_push_fast(d, p, own_count(d));
   } else {
     // A span with a pending chain in this LAB with room for more than this
-    // block: onto the chain (the block that fills it goes to the slow path,
-    // which gives the chain to its span at once).
+    // block: onto the chain. The free that finds room 1 goes to the slow
+    // path: the chain is full (its spare room, lab.h), and goes to its span
+    // with the next chain started by this block; or this block is the last
+    // its span has in use, and fills the chain, which goes to the span at once.
     PendingChain* ch = &lab->pending[pending_slot_in(lab, d)];
     if (FW_UNLIKELY(d != ch->span || chain_room(ch->top) <= 1)) {
       if constexpr (kSized) return free_slow_sized(lab, p, d, n_size, aligned);

@@ -232,7 +232,7 @@ namespace {
 void chain_flush(Lab* lab, unsigned i) {
   PendingChain& ch = lab->pending[i];
   if (ch.span == nullptr) return;
-  lab->pending_bytes -= ch.limit * ch.span->block_size.load(std::memory_order_relaxed);
+  lab->pending_bytes -= pending_bytes_of(ch, ch.span->block_size.load(std::memory_order_relaxed));
   span_free_list(ch.span, chain_head(ch.top), ch.tail, pending_count(ch));
   ch = PendingChain{};
 }
@@ -397,11 +397,11 @@ uint32_t lab_pending_count(const Lab* lab) {
 void lab_defer_free(Lab* lab, Span* s, void* p) {
   unsigned i = pending_slot_in(lab, s);
   PendingChain* ch = &lab->pending[i];
-  if (ch->span != s || chain_room(ch->top) == 0) {
-    if (ch->span != nullptr && ch->span != s && chain_room(ch->top) != 0) lab->pending_conflicts++;
+  if (ch->span != s || chain_room(ch->top) <= ch->spare) {
+    if (ch->span != nullptr && ch->span != s && chain_room(ch->top) > ch->spare) lab->pending_conflicts++;
     if (lab->pending_mask >= kPendingChains) {
       const PendingChain& partner = lab->pending[i ^ ((lab->pending_mask + 1) / 2)];
-      if (partner.span != nullptr && chain_room(partner.top) != 0) lab->pending_buddies++;
+      if (partner.span != nullptr && chain_room(partner.top) > partner.spare) lab->pending_buddies++;
     }
     chain_flush(lab, i);
     if (++lab->pending_started > lab->pending_mask) {
@@ -424,7 +424,14 @@ void lab_defer_free(Lab* lab, Span* s, void* p) {
     // every chain goes to its span first.
     if (lab->pending_bytes + limit * bsize > kPendingBudget) give_all_chains(lab);
     lab->pending_bytes += limit * bsize;
-    *ch = PendingChain{s, chain_top(nullptr, limit), p, limit, 0};
+    // A chain of a thread's LAB that takes fewer blocks than s has in use gets
+    // a spare room: free's fast path pushes while room > 1, so the chain fills
+    // on the fast path and the next free into s, which finds room 1, gives it
+    // and starts the next chain here: one slow path per chain. A chain that
+    // takes s's last blocks has none: the free that finds room 1 fills it and
+    // gives it at once (below). A CPU LAB's fast path pushes down to room 0.
+    const uint32_t spare = lab->kind.load(std::memory_order_relaxed) == kLabThread && limit < in_use ? 1 : 0;
+    *ch = PendingChain{s, chain_top(nullptr, limit + spare), p, limit + spare, spare};
     lab->pending_of_class[s->cls.load(std::memory_order_relaxed)] |= uint64_t(1) << (i % kPendingChains);
   }
   block_link(p, chain_head(ch->top));
@@ -560,9 +567,12 @@ bool lab_is_valid(const Lab* lab) {
     if (n != count || (ch.span == nullptr) != (n == 0))
       ok = report_invariant("lab: pending chain does not match its count", n);
     if (ch.span == nullptr) continue;
+    if (ch.spare > 1 || (ch.spare == 1 && lab->kind.load(std::memory_order_relaxed) != kLabThread) ||
+        chain_room(ch.top) < ch.spare)
+      ok = report_invariant("lab: pending chain with a spare room it cannot have", ch.spare);
     if (pending_slot_in(lab, ch.span) != i)
       ok = report_invariant("lab: pending chain in another span's slot", span_index(ch.span));
-    bytes += uint64_t(ch.limit) * ch.span->block_size.load(std::memory_order_relaxed);
+    bytes += pending_bytes_of(ch, ch.span->block_size.load(std::memory_order_relaxed));
     unsigned c = ch.span->cls.load(std::memory_order_relaxed);
     if (c < kClassCount)
       of_class[c] |= uint64_t(1) << (i % kPendingChains);

@@ -53,9 +53,10 @@
 //   otherwise ch is in the slot of ch.span (pending_slot_in) below
 //   pending_mask + 1, and head..tail holds pending_count(ch) = limit - room
 //   >= 1 checked, canaried blocks of ch.span, which the span still counts as
-//   in use; pending[i].span is of class c  =>  bit i % 64 of
-//   pending_of_class[c] is set; pending_bytes == the sum over chains of
-//   limit * block size <= kPendingBudget.
+//   in use; ch.spare is 0 or 1, 1 only in a per-thread LAB, and room >= spare;
+//   pending[i].span is of class c  =>  bit i % 64 of pending_of_class[c] is
+//   set; pending_bytes == the sum over chains of (limit - spare) * block size
+//   <= kPendingBudget.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -121,13 +122,16 @@ FW_INLINE unsigned kept_limit(unsigned c) {
 }
 
 // Blocks freed into one span this LAB does not own, not yet given to it:
-// freeing into that span again is plain pointer work. The chain goes to the
-// span in one CAS when it fills (a per-thread LAB's slow path takes the
-// filling free; a CPU LAB's next free into the span finds it full), when a
-// free into another span needs its slot, before the LAB takes a new span of
-// that class, and when the LAB is flushed. A chain takes no more blocks than
-// its span had in use when it started, so the chain holding a span's last
-// blocks gives them back as it fills and the span goes to the pool. Each span
+// freeing into that span again is plain pointer work. A chain fills on the
+// fast path, and goes to its span in one CAS when the next free into the span
+// finds it full, which then starts the next chain (a per-thread LAB's chain
+// has a spare room for that free, `spare`: its fast path stops at room 1, a
+// CPU LAB's at 0); when a free into another span needs its slot; before the
+// LAB takes a new span of that class; and when the LAB is flushed. A chain
+// takes no more blocks than its span had in use when it started, and one that
+// takes a span's last blocks has no spare room: the free that fills it goes to
+// the slow path, which gives the chain back at once, and the span goes to the
+// pool. Each span
 // descriptor has one slot (pending_slot_in: consecutive descriptors get
 // consecutive slots), so a thread freeing its older blocks of many spans in
 // random order (Larson's server, shbench) still batches its frees.
@@ -160,8 +164,8 @@ struct PendingChain {
   uint64_t top;  // head | room << kChainRoomShift; room: frees the chain still takes
                  // (0 only in a CPU LAB, until its next free into the span gives it)
   void* tail;
-  uint32_t limit;  // blocks the chain takes in all (its room when it started)
-  uint32_t unused;
+  uint32_t limit;  // its room when it started: the blocks it takes in all, plus spare
+  uint32_t spare;  // 1: the free that finds room 1 starts the next chain (below), 0: it fills this one
 };
 static_assert(sizeof(PendingChain) == 32, "a slot is half a cache line");
 constexpr unsigned kChainRoomShift = 48;  // user addresses fit in 48 bits (config.h kAddressBits)
@@ -184,6 +188,8 @@ FW_INLINE uint32_t pending_limit(uint32_t bsize, uint32_t slots) {
   return bsize >= bytes ? 1 : bytes / bsize;
 }
 // Blocks chain ch holds.
+// Bytes chain ch may hold (its part of pending_bytes), of blocks of bsize bytes.
+FW_INLINE uint32_t pending_bytes_of(const PendingChain& ch, uint32_t bsize) { return (ch.limit - ch.spare) * bsize; }
 FW_INLINE uint32_t pending_count(const PendingChain& ch) {
   return ch.span == nullptr ? 0 : ch.limit - chain_room(ch.top);
 }

@@ -141,21 +141,19 @@ TEST_CASE("frees into spans the thread let float wait in pending chains, one per
     std::vector<void*> mine, others;
     for (void* p : v) (span_of(p) == first ? mine : others).push_back(p);
     const uint32_t limit = pending_limit(64, kPendingChains);  // 16 KiB of 64-byte blocks
-    REQUIRE(mine.size() > limit);
+    REQUIRE(mine.size() > limit + 1);
     const PendingChain& ch = lab_current()->pending[pending_slot_in(lab_current(), first)];
-    for (uint32_t i = 0; i + 1 < limit; i++) fw_free(mine[i]);
-    // The frees wait in the chain: the span has not seen them.
+    for (uint32_t i = 0; i < limit; i++) fw_free(mine[i]);
+    // The frees wait in the chain, full now: the span has not seen them.
     CHECK(ch.span == first);
-    CHECK(pending_count(ch) == limit - 1);
+    CHECK(pending_count(ch) == limit);
     CHECK(Anchor::unpack(first->anchor.load()).count == 0);
     CHECK(fw_check_heap() == 0);  // the block equation counts pending blocks as free
-    // The free that fills the chain gives it to the span in one step.
-    fw_free(mine[limit - 1]);
-    CHECK(Anchor::unpack(first->anchor.load()).count == limit);
-    CHECK(ch.span == nullptr);
-    // The next one starts a new chain.
+    // The next free into the span gives the chain to it in one step and starts
+    // the next chain with itself.
     fw_free(mine[limit]);
     CHECK(Anchor::unpack(first->anchor.load()).count == limit);
+    CHECK(ch.span == first);
     CHECK(pending_count(ch) == 1);
     // A free into another floated span uses that span's chain and leaves this one.
     void* other = nullptr;
