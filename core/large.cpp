@@ -160,13 +160,20 @@ void large_free(void* p, Span* d) {
   uintptr_t base = span_base(head);
   if (reinterpret_cast<uintptr_t>(p) != base + head->offset.load(std::memory_order_relaxed))
     report_misuse("free of a pointer inside a large block (not its start):", p);
+  // A CAS loop, as in set_state: the head may still be linked in a reusable
+  // stack from an earlier life, whose popper may clear `linked` between the
+  // load and the CAS. Only a state that is no longer LARGE or HUGE (another
+  // free won) is a double free.
   uint64_t w = head->anchor.load(std::memory_order_acquire);
-  Anchor a = Anchor::unpack(w);
-  uint32_t state = a.state;
-  if ((state != kLarge && state != kHuge) ||
-      !head->anchor.compare_exchange_strong(w, Anchor{0, 0, kFree, a.linked, a.tag + 1}.pack(),
-                                            std::memory_order_acq_rel, std::memory_order_acquire))
-    report_misuse("double free of a large block:", p);
+  uint32_t state;
+  for (;;) {
+    Anchor a = Anchor::unpack(w);
+    state = a.state;
+    if (state != kLarge && state != kHuge) report_misuse("double free of a large block:", p);
+    if (head->anchor.compare_exchange_weak(w, Anchor{0, 0, kFree, a.linked, a.tag + 1}.pack(),
+                                           std::memory_order_acq_rel, std::memory_order_acquire))
+      break;
+  }
   uint64_t usable = head->large_size.load(std::memory_order_relaxed);
   g_live_bytes.fetch_sub(usable, std::memory_order_relaxed);
   g_frees.fetch_add(1, std::memory_order_relaxed);

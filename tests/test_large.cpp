@@ -1,7 +1,9 @@
 // Large and huge objects: runs of virtual spans and regions of their own.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <initializer_list>
+#include <thread>
 
 #include <cstdio>
 #include <cstring>
@@ -147,4 +149,58 @@ TEST_CASE("a block of more than 4 vspans takes a run of its class (2^k or 1.5 * 
   REQUIRE(waitpid(pid, &status, 0) == pid);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("a large free is not taken for a double free when a reusable stack's popper clears `linked` on its head "
+          "at the same moment") {
+  // A span that went back to the pool while still linked in a reusable stack
+  // (lazy removal, core/reusable.h) can become a large block's head; the
+  // stack's popper later finds it in another state and clears `linked` with a
+  // CAS (span_claim_reusable). That CAS may land between large_free's load of
+  // the head's anchor and its own CAS. Here a thread plays the popper: the
+  // main thread marks each large head linked just before freeing the block,
+  // and the other clears the bit as soon as it sees it. Before large_free
+  // retried, this stopped the process with "double free of a large block" in
+  // each of 3 runs.
+  std::atomic<Span*> target{nullptr};
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> cleared{0};
+  std::thread popper([&] {
+    while (!stop.load(std::memory_order_acquire)) {
+      Span* s = target.load(std::memory_order_acquire);
+      if (s == nullptr) continue;
+      uint64_t w = s->anchor.load(std::memory_order_acquire);
+      Anchor a = Anchor::unpack(w);
+      if (!a.linked) continue;
+      Anchor b = a;
+      b.linked = false;
+      b.tag = a.tag + 1;
+      if (s->anchor.compare_exchange_strong(w, b.pack(), std::memory_order_acq_rel, std::memory_order_acquire))
+        cleared.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+  const int rounds = 200000;
+  for (int i = 0; i < rounds; i++) {
+    void* p = fw_malloc(kSmallMax + 1 + size_t(i % 7) * 4096);
+    REQUIRE(p != nullptr);
+    Span* head = span_of(p);
+    uint64_t w = head->anchor.load(std::memory_order_acquire);
+    for (;;) {  // linked, as if in a stack from an earlier life
+      Anchor a = Anchor::unpack(w);
+      REQUIRE(a.state == kLarge);
+      a.linked = true;
+      a.tag++;
+      if (head->anchor.compare_exchange_weak(w, a.pack(), std::memory_order_acq_rel, std::memory_order_acquire)) break;
+    }
+    target.store(head, std::memory_order_release);
+    fw_free(p);
+    // The popper clears it, in whatever state: as the real one would, before the span's next life.
+    while (Anchor::unpack(head->anchor.load(std::memory_order_acquire)).linked) std::this_thread::yield();
+    target.store(nullptr, std::memory_order_release);
+  }
+  stop.store(true, std::memory_order_release);
+  popper.join();
+  CHECK(cleared.load() == uint64_t(rounds));
+  CHECK(pool_is_valid());
+  CHECK(fw_check_heap() == 0);
 }
