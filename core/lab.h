@@ -131,10 +131,9 @@ FW_INLINE unsigned kept_limit(unsigned c) {
 // takes no more blocks than its span had in use when it started, and one that
 // takes a span's last blocks has no spare room: the free that fills it goes to
 // the slow path, which gives the chain back at once, and the span goes to the
-// pool. Each span
-// descriptor has one slot (pending_slot_in: consecutive descriptors get
-// consecutive slots), so a thread freeing its older blocks of many spans in
-// random order (Larson's server, shbench) still batches its frees.
+// pool. Each span descriptor has one slot (pending_slot_in: consecutive
+// descriptors get consecutive slots), so a thread freeing its older blocks of
+// many spans in random order (Larson's server, shbench) still batches its frees.
 //
 // The slots grow with the spans the thread frees into. A LAB starts with
 // kPendingChains of them; a thread that frees in random order into more
@@ -187,9 +186,9 @@ FW_INLINE uint32_t pending_limit(uint32_t bsize, uint32_t slots) {
   uint32_t bytes = kPendingBudget / slots;
   return bsize >= bytes ? 1 : bytes / bsize;
 }
-// Blocks chain ch holds.
 // Bytes chain ch may hold (its part of pending_bytes), of blocks of bsize bytes.
 FW_INLINE uint32_t pending_bytes_of(const PendingChain& ch, uint32_t bsize) { return (ch.limit - ch.spare) * bsize; }
+// Blocks chain ch holds.
 FW_INLINE uint32_t pending_count(const PendingChain& ch) {
   return ch.span == nullptr ? 0 : ch.limit - chain_room(ch.top);
 }
