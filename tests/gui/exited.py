@@ -14,7 +14,7 @@ import os, shutil, subprocess, sys, tempfile, time
 inspect, demo = sys.argv[1], sys.argv[2]
 tmp = tempfile.mkdtemp(prefix="fw_gui_exited.")
 env = dict(os.environ, FREEWAY_TELEMETRY="1")
-child = subprocess.Popen([demo, "--seconds", "6", "--threads", "2", "--quiet"], env=env,
+child = subprocess.Popen([demo, "--seconds", "9", "--threads", "2", "--quiet"], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 first = child.stdout.readline()  # "[time] freeway demo: pid N, ..."
 try:
@@ -22,11 +22,13 @@ try:
 except (IndexError, ValueError):
     child.kill()
     sys.exit(f"FAIL: no pid in freeway-demo's first line: {first!r}")
-time.sleep(3)  # attach halfway through the demo's 6 s
+# Attach 3 s into the demo's 9 s: the inspector (xvfb-run, Xvfb, a GL context)
+# may take seconds to start on a loaded machine, and must attach before the demo exits.
+time.sleep(3)
 png = os.path.join(tmp, "exited.png")
-# 100 frames at the demo's 20 Hz: 5 s, the demo lives 3 s more.
+# 160 frames at the demo's 20 Hz: 8 s from the attach, the demo lives at most 6 s more.
 p = subprocess.run([os.environ["FW_XVFB_RUN"], "-a", "-s", "-screen 0 1280x800x24", inspect, str(pid),
-                    "--screenshot", png, "--frames", "100", "--size", "1280x800"],
+                    "--screenshot", png, "--frames", "160", "--size", "1280x800"],
                    capture_output=True, text=True, timeout=120)
 child.stdout.read()
 child.wait(timeout=60)
