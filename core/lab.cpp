@@ -338,6 +338,10 @@ void flush_pending_class(Lab* lab, unsigned c) {
   lab->pending_of_class[c] = 0;
 }
 
+// Whether lab's chains get a spare room (lab.h): those whose holder frees
+// through the per-thread fast path, which stops at room 1.
+bool chains_have_spare(const Lab* lab) { return lab->kind.load(std::memory_order_relaxed) == kLabThread; }
+
 // Starts a new window of chain starts (lab.h).
 void new_window(Lab* lab) {
   lab->pending_started = 0;
@@ -430,13 +434,14 @@ void lab_defer_free(Lab* lab, Span* s, void* p) {
     // and starts the next chain here: one slow path per chain. A chain that
     // takes s's last blocks has none: the free that finds room 1 fills it and
     // gives it at once (below). A CPU LAB's fast path pushes down to room 0.
-    const uint32_t spare = lab->kind.load(std::memory_order_relaxed) == kLabThread && limit < in_use ? 1 : 0;
+    const uint32_t spare = chains_have_spare(lab) && limit < in_use ? 1 : 0;
     *ch = PendingChain{s, chain_top(nullptr, limit + spare), p, limit + spare, spare};
     lab->pending_of_class[s->cls.load(std::memory_order_relaxed)] |= uint64_t(1) << (i % kPendingChains);
   }
   block_link(p, chain_head(ch->top));
   ch->top = chain_top(p, chain_room(ch->top) - 1);
-  // Full: to its span now (free's fast path leaves the filling push to us).
+  // A chain with no spare room that this free filled (its span's last blocks,
+  // or a CPU LAB's): to its span now.
   if (chain_room(ch->top) == 0) chain_flush(lab, i);
 }
 
@@ -567,7 +572,7 @@ bool lab_is_valid(const Lab* lab) {
     if (n != count || (ch.span == nullptr) != (n == 0))
       ok = report_invariant("lab: pending chain does not match its count", n);
     if (ch.span == nullptr) continue;
-    if (ch.spare > 1 || (ch.spare == 1 && lab->kind.load(std::memory_order_relaxed) != kLabThread) ||
+    if (ch.spare > 1 || (ch.spare == 1 && !chains_have_spare(lab)) ||
         chain_room(ch.top) < ch.spare)
       ok = report_invariant("lab: pending chain with a spare room it cannot have", ch.spare);
     if (pending_slot_in(lab, ch.span) != i)

@@ -200,7 +200,7 @@ struct Lab {
   uint32_t pending_started;    // chains started in this window
   uint32_t pending_conflicts;  // of them, by evicting another span's chain with room left
   uint32_t pending_buddies;    // of them, with a chain with room left in the slot they would share with half the slots
-  uint32_t pending_bytes;      // sum over chains of limit * block size
+  uint32_t pending_bytes;      // sum over chains of pending_bytes_of (below)
   uint64_t pending_of_class[kClassCount];  // bit i % 64: pending[i] may hold blocks of that class
   Span* kept[kClassCount][kKeptSpans];     // kept spans (above), kept_n[c] of them per class
   uint8_t kept_n[kClassCount];
