@@ -137,6 +137,12 @@ void free_slow(Lab* lab, void* p, Span* d) {
   restore_slot(lab_slot_after(mine));
 }
 
+void free_chain_full(Lab* lab, void* p, Span* d) {
+  lab_defer_free(lab, d, p);
+  lab_count(lab->frees[d->cls.load(std::memory_order_relaxed)]);
+  restore_slot(lab);
+}
+
 void quarantine_flush() {
   if (!secure_mode()) return;
   Lab* lab = lab_current();

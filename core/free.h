@@ -65,6 +65,16 @@ FW_NOINLINE void free_slow_sized(Lab* lab, void* p, Span* d, size_t n, bool alig
 // The same check for per-CPU mode, then percpu_free_slow.
 FW_NOINLINE void free_slow_sized_percpu(void* p, Span* d, size_t n, bool aligned);
 
+// free's path for block p (checked and canaried) of span d whose pending
+// chain in lab (d's slot) has room 1 or less: gives the chain to d and starts
+// the next one with p, or (a chain with no spare room) adds p and gives it
+// (lab_defer_free). Entered with BUSY set; restores the slot. The tests
+// free_slow makes first are settled by the chain itself: lab is the thread's
+// own LAB (placeholders hold no chains, so secure mode never gets here), and
+// d holds small blocks in use (those of the chain), so it is not free, large
+// or foreign.
+FW_NOINLINE void free_chain_full(Lab* lab, void* p, Span* d);
+
 // The per-CPU fast path, out of line: inlined, the registers its sections need
 // made every per-thread free save and restore two more. Defined once, in
 // free.cpp: an inline or template function would be emitted in each file that
@@ -167,14 +177,18 @@ FW_INLINE void free_block_impl(void* p, size_t n_size, bool aligned) {
     // with the next chain started by this block; or this block is the last
     // its span has in use, and fills the chain, which goes to the span at once.
     PendingChain* ch = &lab->pending[pending_slot_in(lab, d)];
-    if (FW_UNLIKELY(d != ch->span || chain_room(ch->top) <= 1)) {
+    if (FW_UNLIKELY(d != ch->span)) {
       if constexpr (kSized) return free_slow_sized(lab, p, d, n_size, aligned);
       return free_slow(lab, p, d);
     }
+    // d has a chain here, so it is a small span with blocks in use: the
+    // checks apply, and a full chain needs none of free_slow's tests.
     if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, c, d->carved.load(std::memory_order_relaxed), n_size, aligned)))
       return free_slow(lab, p, d);
-    block_link_fast(p, chain_head(ch->top));
-    ch->top = chain_top(p, chain_room(ch->top) - 1);
+    const uint64_t top = ch->top;
+    if (FW_UNLIKELY(chain_room(top) <= 1)) return free_chain_full(lab, p, d);
+    block_link_fast(p, chain_head(top));
+    ch->top = chain_top(p, chain_room(top) - 1);
   }
   lab_count(lab->frees[c]);
   std::atomic_signal_fence(std::memory_order_seq_cst);

@@ -83,6 +83,33 @@ TEST_CASE("misuse: double free of a small block first freed by another thread ab
   });
 }
 
+// Frees into a span another thread allocated from go onto a pending chain in
+// the freeing thread's LAB (core/lab.h). A free that finds the chain full
+// takes a short path of its own (free_chain_full, core/free.h), after the
+// fast path's checks: a double free there must still stop the process, both
+// of a block still in the chain and of one already given to its span.
+namespace {
+void double_free_at_full_chain(unsigned extra) {
+  constexpr unsigned kBlocks = 2000;  // 64-byte blocks: more than one chain's worth (256 at most)
+  static void* blocks[kBlocks];
+  std::thread([] {
+    for (void*& b : blocks) b = malloc(64);
+  }).join();
+  for (unsigned i = 0; i < 256 + extra; i++) free(blocks[i]);
+  announce(blocks[0]);
+  free(launder(blocks[0]));
+  probe_double_handout(64);
+}
+}  // namespace
+
+TEST_CASE("misuse: double free of a block in a full pending chain aborts") {
+  expect_abort("double free, the chain holding the block full", kDoubleFree, [] { double_free_at_full_chain(0); });
+}
+
+TEST_CASE("misuse: double free of a block a full pending chain gave to its span aborts") {
+  expect_abort("double free, the block's chain given to its span", kDoubleFree, [] { double_free_at_full_chain(8); });
+}
+
 TEST_CASE("misuse: double free of a large block (4 MiB) aborts") {
   expect_abort("double free of a large block (4 MiB)", kDoubleFree, [] {
     void* p = malloc(4u << 20);
