@@ -17,9 +17,10 @@
 // case is a branch of its own of about the same length. The
 // per-CPU path (free_percpu) is a function of its own, reached by a jump:
 // inlined, the registers its sections need made every free save and restore
-// more. Every other case (a block of another
-// thread's span, a large block, NULL, a bad pointer) goes to free_slow, which
-// is never inlined.
+// more. A free that finds its chain full goes to free_chain_full, which
+// gives the chain to its span and starts the next. Every other case (a block
+// of another thread's span with no chain here, a large block, NULL, a bad
+// pointer) goes to free_slow. Neither is ever inlined.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -172,10 +173,11 @@ FW_INLINE void free_block_impl(void* p, size_t n_size, bool aligned) {
     own_push_fast(d, p, own_count(d));
   } else {
     // A span with a pending chain in this LAB with room for more than this
-    // block: onto the chain. The free that finds room 1 goes to the slow
-    // path: the chain is full (its spare room, lab.h), and goes to its span
-    // with the next chain started by this block; or this block is the last
-    // its span has in use, and fills the chain, which goes to the span at once.
+    // block: onto the chain. The free that finds room 1 goes to
+    // free_chain_full: the chain is full (its spare room, lab.h), and goes to
+    // its span with the next chain started by this block; or this block is the
+    // last its span has in use, and fills the chain, which goes to the span at
+    // once. A span with no chain here goes to free_slow, which starts one.
     PendingChain* ch = &lab->pending[pending_slot_in(lab, d)];
     if (FW_UNLIKELY(d != ch->span)) {
       if constexpr (kSized) return free_slow_sized(lab, p, d, n_size, aligned);
