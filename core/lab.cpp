@@ -51,6 +51,7 @@ Lab* lab_new() {
   if (lab == nullptr) return nullptr;
   lab->id = id;
   lab->pending_mask = kPendingChains - 1;
+  lab->pending_budget = kPendingBudget;
   g_lab_table[id].store(lab, std::memory_order_release);
   Lab* head = g_lab_all.load(std::memory_order_relaxed);
   do {
@@ -350,7 +351,9 @@ void new_window(Lab* lab) {
 }
 
 // At the end of a window of chain starts (lab.h): doubles or halves the slots
-// of a per-thread LAB by how many starts evicted another span's chain.
+// of a per-thread LAB by how many starts evicted another span's chain, and
+// sets its budget to its share of the heap. Chains started before keep their
+// limits; one that finds the chains over a lowered budget gives them all first.
 void resize_slots(Lab* lab) {
   const uint32_t slots = lab->pending_mask + 1;
   uint32_t to = slots;
@@ -359,7 +362,9 @@ void resize_slots(Lab* lab) {
   else if (lab->pending_buddies < slots / 32 && slots > kPendingChains)
     to = slots / 2;
   new_window(lab);
-  if (to == slots || !keeps_spans(lab)) return;
+  if (!keeps_spans(lab)) return;
+  lab->pending_budget = pending_share(committed_bytes(), g_threads_live.load(std::memory_order_relaxed));
+  if (to == slots) return;
   give_all_chains(lab);  // each chain's slot and limit depend on the slot count
   lab->pending_mask = to - 1;
 }
@@ -369,6 +374,7 @@ void resize_slots(Lab* lab) {
 void lab_flush_pending(Lab* lab) {
   give_all_chains(lab);
   lab->pending_mask = kPendingChains - 1;  // the LAB may become a CPU LAB next
+  lab->pending_budget = kPendingBudget;
   new_window(lab);
 }
 
@@ -414,7 +420,7 @@ void lab_defer_free(Lab* lab, Span* s, void* p) {
       ch = &lab->pending[i];
     }
     const uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
-    uint32_t limit = pending_limit(bsize, lab->pending_mask + 1);
+    uint32_t limit = pending_limit(bsize, lab->pending_mask + 1, lab->pending_budget);
     // No more than the blocks s has in use (p among them): the chain that
     // takes a span's last blocks then fills, and goes to the span at once
     // (below), which returns the span to the pool; a chain still waiting for
@@ -426,7 +432,7 @@ void lab_defer_free(Lab* lab, Span* s, void* p) {
     if (in_use >= 1 && in_use < limit) limit = in_use;
     // Chains of blocks bigger than their share can overrun the budget: then
     // every chain goes to its span first.
-    if (lab->pending_bytes + limit * bsize > kPendingBudget) give_all_chains(lab);
+    if (lab->pending_bytes + limit * bsize > lab->pending_budget) give_all_chains(lab);
     lab->pending_bytes += limit * bsize;
     // A chain of a thread's LAB that takes fewer blocks than s has in use gets
     // a spare room: free's fast path pushes while room > 1, so the chain fills
@@ -587,8 +593,11 @@ bool lab_is_valid(const Lab* lab) {
   for (unsigned c = 0; c < kClassCount; c++)
     if ((of_class[c] & ~lab->pending_of_class[c]) != 0)
       ok = report_invariant("lab: a pending chain's class mask lacks its bit", c);
-  if (bytes != lab->pending_bytes || bytes > kPendingBudget)
+  if (bytes != lab->pending_bytes || bytes > lab->pending_budget)
     ok = report_invariant("lab: pending chains hold other than their byte count, or over the budget", uint32_t(bytes));
+  if (lab->pending_budget < kPendingBudget || lab->pending_budget > kPendingBudgetMax ||
+      (lab->pending_budget != kPendingBudget && !keeps_spans(lab)))
+    ok = report_invariant("lab: pending budget out of range, or grown in a LAB that keeps no spans", lab->pending_budget);
   for (unsigned c = 0; c < kClassCount; c++) {
     const Span* s = lab->hot[c];
     if (s == nullptr) {

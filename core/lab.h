@@ -56,7 +56,8 @@
 //   in use; ch.spare is 0 or 1, 1 only in a per-thread LAB, and room >= spare;
 //   pending[i].span is of class c  =>  bit i % 64 of pending_of_class[c] is
 //   set; pending_bytes == the sum over chains of (limit - spare) * block size
-//   <= kPendingBudget.
+//   <= pending_budget, which is kPendingBudget unless the LAB is a per-thread
+//   one, and from kPendingBudget to kPendingBudgetMax.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -149,11 +150,22 @@ FW_INLINE unsigned kept_limit(unsigned c) {
 // kPendingMax); partners in fewer than 1/32 halve them (down to
 // kPendingChains): with half the slots, fewer than 1/32 of the starts would
 // have conflicted, well below the quarter that doubles them again. Either way
-// every chain goes to its span first. A chain holds at most kPendingBudget /
+// every chain goes to its span first. A chain holds at most pending_budget /
 // slots bytes of blocks (at least one block), and all of a LAB's chains at
-// most kPendingBudget, so the blowup bound's pending term stays what it was
-// with 64 slots of 16 KiB (docs/design.md). CPU LABs keep kPendingChains slots:
-// per-CPU mode's fast path (rseq_push_counted) finds a chain by pending_slot.
+// most pending_budget. CPU LABs keep kPendingChains slots: per-CPU mode's fast
+// path (rseq_push_counted) finds a chain by pending_slot.
+//
+// The budget grows with the heap. Each chain costs its thread one slow path
+// and one CAS, so a thread that drops a heap of N bytes in random order pays
+// about N / (budget / slots) of them, and with a fixed budget the cost per
+// free grows with the heap (bench/teardown: 4 million blocks in about 4,000
+// spans leave 256 bytes per chain, 5 to 16 blocks). So at the end of each
+// window a per-thread LAB sets its budget to its share of the heap:
+// committed bytes / (kPendingShare * threads bound to LABs), at least
+// kPendingBudget and at most kPendingBudgetMax. All per-thread LABs' chains
+// then hold at most L * kPendingBudget plus about 1/kPendingShare of the
+// committed bytes, which the blowup bound takes as an extra fraction
+// (docs/design.md). Other LABs keep kPendingBudget.
 //
 // The chain's head and its room share one word, `top` (head address in bits
 // 0..47, room above), so that a push is one store: per-CPU mode's fast path
@@ -178,13 +190,24 @@ FW_INLINE uint64_t chain_top(const void* head, uint32_t room) {
 }
 constexpr unsigned kPendingChains = 64;   // slots a LAB starts with; pending_of_class is a 64-bit mask
 constexpr unsigned kPendingMax = 4096;    // slots a LAB grows to (128 KiB of them, paged in as used)
-constexpr uint32_t kPendingBudget = 1024 * 1024;  // bytes a LAB's chains hold at most
+constexpr uint32_t kPendingBudget = 1024 * 1024;  // bytes a LAB's chains may hold, at least
+constexpr uint32_t kPendingShare = 16;            // per-thread LABs' chains: 1/16 of the committed bytes
+// At most: every slot of a grown LAB holding a whole 64 KiB span's blocks (a
+// chain takes no more than its span has in use, so a bigger budget buys nothing).
+constexpr uint32_t kPendingBudgetMax = kPendingMax * 64 * 1024;
 static_assert((kPendingMax & (kPendingMax - 1)) == 0 && kPendingMax % kPendingChains == 0, "slots double");
 // Blocks a chain of blocks of bsize bytes takes when the LAB has `slots` slots
-// (at least 1): 16 KiB of blocks with 64 slots, 256 bytes with 4096.
-FW_INLINE uint32_t pending_limit(uint32_t bsize, uint32_t slots) {
-  uint32_t bytes = kPendingBudget / slots;
+// (at least 1) and a budget of `budget` bytes: with kPendingBudget, 16 KiB of
+// blocks with 64 slots, 256 bytes with 4096.
+FW_INLINE uint32_t pending_limit(uint32_t bsize, uint32_t slots, uint32_t budget) {
+  uint32_t bytes = budget / slots;
   return bsize >= bytes ? 1 : bytes / bsize;
+}
+// A per-thread LAB's budget for a heap of `committed` bytes with `threads`
+// threads bound to LABs (above).
+FW_INLINE uint32_t pending_share(uint64_t committed, uint64_t threads) {
+  uint64_t b = committed / (uint64_t(kPendingShare) * (threads > 0 ? threads : 1));
+  return b < kPendingBudget ? kPendingBudget : b > kPendingBudgetMax ? kPendingBudgetMax : uint32_t(b);
 }
 // Bytes chain ch may hold (its part of pending_bytes), of blocks of bsize bytes.
 FW_INLINE uint32_t pending_bytes_of(const PendingChain& ch, uint32_t bsize) { return (ch.limit - ch.spare) * bsize; }
@@ -201,6 +224,7 @@ struct Lab {
   uint32_t pending_conflicts;  // of them, by evicting another span's chain with room left
   uint32_t pending_buddies;    // of them, with a chain with room left in the slot they would share with half the slots
   uint32_t pending_bytes;      // sum over chains of pending_bytes_of (below)
+  uint32_t pending_budget;     // bytes its chains may hold (above); kPendingBudget unless a per-thread LAB
   uint64_t pending_of_class[kClassCount];  // bit i % 64: pending[i] may hold blocks of that class
   Span* kept[kClassCount][kKeptSpans];     // kept spans (above), kept_n[c] of them per class
   uint8_t kept_n[kClassCount];

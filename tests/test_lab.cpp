@@ -12,6 +12,7 @@
 #include "core/arena.h"
 #include "core/free.h"
 #include "core/lab.h"
+#include "core/span_pool.h"
 #include "freeway.h"
 #include "platform/os.h"
 
@@ -140,7 +141,8 @@ TEST_CASE("frees into spans the thread let float wait in pending chains, one per
     REQUIRE(first != nullptr);
     std::vector<void*> mine, others;
     for (void* p : v) (span_of(p) == first ? mine : others).push_back(p);
-    const uint32_t limit = pending_limit(64, kPendingChains);  // 16 KiB of 64-byte blocks
+    // 16 KiB of 64-byte blocks with the least budget (a bigger heap may have given a bigger one)
+    const uint32_t limit = pending_limit(64, kPendingChains, lab_current()->pending_budget);
     REQUIRE(mine.size() > limit + 1);
     const PendingChain& ch = lab_current()->pending[pending_slot_in(lab_current(), first)];
     for (uint32_t i = 0; i < limit; i++) fw_free(mine[i]);
@@ -215,7 +217,7 @@ TEST_CASE("a thread freeing in random order into many more floated spans than it
         uint32_t held = lab_pending_count(lab);
         most_held = std::max(most_held, held);
         most_slots = std::max(most_slots, lab->pending_mask + 1);
-        over_budget |= uint64_t(held) * 64 > kPendingBudget || lab->pending_bytes > kPendingBudget;
+        over_budget |= uint64_t(held) * 64 > lab->pending_budget || lab->pending_bytes > lab->pending_budget;
       }
       if (i == v.size() / 2) CHECK(fw_check_heap() == 0);  // the chains' blocks count as free
     }
@@ -249,6 +251,50 @@ TEST_CASE("a thread freeing in random order into many more floated spans than it
   // Thread exit gave every chain to its span and set the slots back: the LAB
   // may become a CPU LAB next, whose fast path uses kPendingChains slots.
   CHECK(lab->pending_mask + 1 == kPendingChains);
+  CHECK(lab_pending_count(lab) == 0);
+  CHECK(fw_check_heap() == 0);
+  fw_collect();
+}
+
+TEST_CASE("a thread dropping a big heap in random order gets a chain budget that grows with the heap: its chains "
+          "hold more than the least budget, never more than its budget, and the budget stays within its share") {
+  fw_collect();
+  uint32_t most_budget = 0, most_held = 0;
+  bool over_budget = false, over_share = false;
+  Lab* lab = nullptr;
+  std::thread([&] {
+    // 128 MiB of 64-byte blocks, nearly all in floated spans, freed in random order.
+    std::vector<void*> v(size_t(2) << 20);
+    for (void*& p : v) p = fw_malloc(64);
+    REQUIRE(std::find(v.begin(), v.end(), nullptr) == v.end());
+    lab = lab_current();
+    uint64_t x = 0x2545f4914f6cdd1dull;
+    for (size_t i = v.size() - 1; i > 0; i--) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      std::swap(v[i], v[x % (i + 1)]);
+    }
+    for (size_t i = 0; i < v.size(); i++) {
+      fw_free(v[i]);
+      if (i % 4096 == 0) {
+        const uint32_t held = lab_pending_count(lab);
+        most_held = std::max(most_held, held);
+        most_budget = std::max(most_budget, lab->pending_budget);
+        over_budget |= uint64_t(held) * 64 > lab->pending_budget || lab->pending_bytes > lab->pending_budget;
+        // Its share: committed bytes / (kPendingShare * threads bound), at most the peak over one thread.
+        over_share |= lab->pending_budget > pending_share(peak_committed_bytes(), 1);
+      }
+    }
+    CHECK(fw_check_heap() == 0);
+  }).join();
+  std::printf("random frees of 128 MiB of 64-byte blocks: chain budget up to %u KiB, chains held up to %u KiB\n",
+              most_budget / 1024, most_held * 64 / 1024);
+  // With the fixed budget of 1 MiB the chains never held more than that.
+  CHECK(uint64_t(most_held) * 64 > kPendingBudget);
+  CHECK_FALSE(over_budget);
+  CHECK_FALSE(over_share);
+  CHECK(most_budget <= kPendingBudgetMax);
+  // Thread exit gave every chain to its span and set the budget back.
+  CHECK(lab->pending_budget == kPendingBudget);
   CHECK(lab_pending_count(lab) == 0);
   CHECK(fw_check_heap() == 0);
   fw_collect();
