@@ -4,8 +4,8 @@
 // LAB owns, its hot span of the class or one it keeps (lab.h: its older
 // blocks), in one path with no search, and a block of a span that already has
 // a pending chain in the LAB with room for more than that block (lab.h), so
-// frees into spans the thread let float cost one CAS per chain (up to
-// kPendingBudget / slots bytes of blocks), not one each. For an owned span:
+// frees into spans the thread let float cost one CAS per chain (up to the
+// LAB's pending_budget / slots bytes of blocks), not one each. For an owned span:
 //   test the per-CPU flag; load the thread slot; store BUSY; region map load;
 //   descriptor load; compare its owner with the LAB; block check (subtract the
 //   span's colour, multiply, rotate, compare with carved); canary check and
