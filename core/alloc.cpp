@@ -73,14 +73,14 @@ FW_NOINLINE void* malloc_secure(Lab* lab, unsigned c, size_t n) {
 }  // namespace
 
 void* alloc_class_percpu(unsigned c, size_t n) {
-  uint32_t cpu;
+  void* lab;
   void* p = os::rseq_pop(g_percpu.rseq_off, reinterpret_cast<void* const*>(g_percpu.slots), g_percpu.ncpu, c,
-                         g_list_key.load(std::memory_order_relaxed), &cpu);
+                         g_list_key.load(std::memory_order_relaxed), &lab);
   if (FW_UNLIKELY(p == nullptr)) return percpu_malloc_slow(c, n);
 #if FREEWAY_HARDENING
   clear_canary(p);
 #endif
-  percpu_count_at(cpu, c);
+  lab_count_shared(static_cast<Lab*>(lab)->cpu_allocs[c]);
   return p;
 }
 

@@ -117,7 +117,7 @@ FW_INLINE bool free_fast_checks(void* p, const Span* d, size_t c, uint32_t carve
 //    changes only while the LAB is out of every slot);
 //  - a block of a span with a pending chain in that LAB that has room goes onto
 //    the chain (rseq_push_counted: the chain's span and room, then one store);
-// then the count (percpu_count_at). The checks (hardening, size) come
+// then the count, in the LAB the section used (lab_count_shared). The checks (hardening, size) come
 // first, once the span is known to hold small blocks: owned (HOT), or FULL or
 // PARTIAL by its anchor. Every other block goes to percpu_free_slow.
 template <bool kSized>
@@ -138,17 +138,17 @@ FW_INLINE void free_block_percpu(void* p, size_t n, bool aligned) {
     return percpu_free_slow(p, d, false);
   void* const* slots = reinterpret_cast<void* const*>(g_percpu.slots);
   const uintptr_t key = g_list_key.load(std::memory_order_relaxed);
-  uint32_t cpu;
+  void* lab;
   // A CPU LAB keeps no spans (lab.h keeps_spans): the only span it owns of class c is hot[c].
   if (owned && os::rseq_push_if(g_percpu.rseq_off, slots, g_percpu.ncpu, offsetof(Lab, hot) + c * sizeof(Span*), d,
-                                c, key, p, &cpu)) {
+                                c, key, p, &lab)) {
   } else if (os::rseq_push_counted(g_percpu.rseq_off, slots, g_percpu.ncpu,
                                    offsetof(Lab, pending) + pending_slot(d) * sizeof(PendingChain), d, key, p,
-                                   &cpu)) {
+                                   &lab)) {
   } else {
     return percpu_free_slow(p, d, true);
   }
-  percpu_count_at(cpu, kClassCount + c);
+  lab_count_shared(static_cast<Lab*>(lab)->cpu_frees[c]);
 }
 
 template <bool kSized>

@@ -41,6 +41,7 @@
 //   of own_count of its blocks, which its holder pushes onto
 //   allocs[c], frees[c] are written only by the LAB's holder (relaxed); a
 //   thread frees into another thread's span counts the free in its own LAB.
+//   cpu_allocs[c], cpu_frees[c] only grow, by atomic adds of any thread.
 //   kept[c][0..kept_n[c]) are distinct HOT spans of class c with owner == this
 //   LAB, none of them hot[c], at most kept_limit(c) of them; only per-thread
 //   LABs outside secure mode keep spans (keeps_spans), every other LAB has
@@ -230,6 +231,12 @@ struct Lab {
   uint8_t kept_n[kClassCount];
   std::atomic<uint64_t> allocs[kClassCount];
   std::atomic<uint64_t> frees[kClassCount];
+  // Per-CPU mode's fast paths count in the CPU LAB whose slot they used
+  // (percpu.h), one atomic add (lab_count_shared) with the LAB's address still
+  // in a register: the thread may add after the LAB left its slot, even while
+  // a thread holds it as its own LAB, whose counts are allocs[] and frees[].
+  std::atomic<uint64_t> cpu_allocs[kClassCount];
+  std::atomic<uint64_t> cpu_frees[kClassCount];
   std::atomic<uint32_t> kind;
   uint32_t id;
   std::atomic<uint64_t> parked_at;  // os::now_ns() when it was parked (kLabParked)
@@ -285,6 +292,10 @@ FW_INLINE void lab_count(std::atomic<uint64_t>& counter) {
   counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 #endif
 }
+
+// Adds one to a counter that any thread may add to (cpu_allocs, cpu_frees):
+// one locked add on x86-64.
+FW_INLINE void lab_count_shared(std::atomic<uint64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }
 
 // The owner pushes block p (checked and canaried) onto owned span s's own
 // list, which holds n blocks now.

@@ -36,12 +36,10 @@ bool make_tables(ptrdiff_t off) {
   size_t n = os::cpu_count_possible();
   if (n > kMaxCpus) n = kMaxCpus;
   void* slots = os::alloc_metadata(n * sizeof(Lab*));
-  void* counts = os::alloc_metadata(n * kCpuCountStride * sizeof(uint64_t));
-  if (slots == nullptr || counts == nullptr) return false;  // a few pages at most are lost
+  if (slots == nullptr) return false;
   g_percpu.rseq_off = off;
   g_percpu.ncpu = uint32_t(n);
   g_percpu.slots = static_cast<Lab**>(slots);
-  g_percpu.counts = static_cast<uint64_t*>(counts);
   return true;
 }
 
@@ -193,29 +191,9 @@ void percpu_collect() {
   os::affinity_set(saved);
 }
 
-uint64_t percpu_count(size_t idx) {
-  uint64_t n = 0;
-  if (!percpu_on()) return n;
-  // Each row is written by sections on its CPU only; a relaxed read of an
-  // aligned word sees a value it had (a figure, like the LABs' counters).
-  for (uint32_t k = 0; k < g_percpu.ncpu; k++)
-    n += __atomic_load_n(&g_percpu.counts[size_t(k) * kCpuCountStride + idx], __ATOMIC_RELAXED);
-  return n;
-}
-
 Lab* percpu_slot(uint32_t k) {
   if (!percpu_on() || k >= g_percpu.ncpu) return nullptr;
   return __atomic_load_n(&g_percpu.slots[k], __ATOMIC_RELAXED);
-}
-
-void percpu_cpu_counts(uint32_t k, uint64_t* allocs, uint64_t* frees) {
-  *allocs = *frees = 0;
-  if (!percpu_on() || k >= g_percpu.ncpu) return;
-  const uint64_t* row = &g_percpu.counts[size_t(k) * kCpuCountStride];
-  for (unsigned c = 0; c < kClassCount; c++) {
-    *allocs += __atomic_load_n(&row[c], __ATOMIC_RELAXED);
-    *frees += __atomic_load_n(&row[kClassCount + c], __ATOMIC_RELAXED);
-  }
 }
 
 uint32_t percpu_cpus() { return percpu_on() ? g_percpu.ncpu : 0; }

@@ -22,9 +22,9 @@
 //     by sections running on CPU k (the fast paths and take), never by a holder;
 //   - a LAB out of every slot has at most one holder (the thread whose take or
 //     lab_take handed it out), which alone touches its lists;
-//   - the fast paths' counts go to the per-CPU rows below (atomic adds, to the
-//     row of the CPU the operation ran on), the slow paths' to the holder's
-//     LAB; stats add both.
+//   - the fast paths' counts go to the cpu_allocs and cpu_frees of the LAB
+//     their section used (atomic adds: the LAB may have left the slot since),
+//     the slow paths' to the holder's allocs and frees; stats add both.
 // Nothing is bound to a thread: thread exit releases nothing, a thread that
 // migrates just uses another CPU's LAB, and a thread frozen or killed inside a
 // section has been moved out of it by the kernel. Only a thread stopped for
@@ -56,15 +56,11 @@ namespace fw {
 
 struct Lab;
 
-// Counter row of one CPU: allocs of class c at [c], frees at [kClassCount + c].
-constexpr size_t kCpuCountStride = 2 * kClassCount;
-
 struct alignas(64) PercpuState {
   std::atomic<bool> on;  // set once (release) after the fields below
   ptrdiff_t rseq_off;    // the thread pointer to rseq area offset (os::rseq_offset)
-  uint32_t ncpu;         // slots and counter rows
+  uint32_t ncpu;         // slots
   Lab** slots;
-  uint64_t* counts;      // ncpu rows of kCpuCountStride
 };
 extern FW_HIDDEN PercpuState g_percpu;
 
@@ -99,14 +95,9 @@ const char* percpu_mode_name();
 FW_NOINLINE void* percpu_malloc_slow(unsigned c, size_t n);
 // checked: p was checked and its free canary set already.
 FW_NOINLINE void percpu_free_slow(void* p, struct Span* d, bool checked);
-// Counts a fast-path operation (idx: allocs of class c at c, frees at
-// kClassCount + c) in the row of `cpu`, the CPU its section ran on. An atomic
-// add: the thread may have moved since, and another thread on that CPU may be
-// counting too; the line is that CPU's own, so the add seldom leaves its cache.
-// Stats sum every row, so which row takes a count does not matter.
-FW_INLINE void percpu_count_at(uint32_t cpu, size_t idx) {
-  __atomic_fetch_add(&g_percpu.counts[size_t(cpu) * kCpuCountStride + idx], 1, __ATOMIC_RELAXED);
-}
+// A fast-path operation is counted in the LAB its section used (lab.h:
+// cpu_allocs, cpu_frees), whose address the section gives back: one atomic add
+// on a line that threads of that CPU write. Stats and telemetry sum every LAB's.
 
 // fw_collect in per-CPU mode: the calling thread visits each CPU it may run
 // on and releases that CPU's LAB's hot spans and pending chains (the LAB stays
@@ -115,12 +106,8 @@ FW_INLINE void percpu_count_at(uint32_t cpu, size_t idx) {
 // slow path has its LAB) is skipped.
 void percpu_collect();
 
-// Sum over CPU rows of allocs (idx c) or frees (kClassCount + c).
-uint64_t percpu_count(size_t idx);
 // The LAB in CPU k's slot now (a racy figure for telemetry), nullptr if none.
 Lab* percpu_slot(uint32_t k);
 uint32_t percpu_cpus();
-// CPU k's fast-path counts, all classes (a racy figure for telemetry).
-void percpu_cpu_counts(uint32_t k, uint64_t* allocs, uint64_t* frees);
 
 }  // namespace fw

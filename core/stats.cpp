@@ -25,13 +25,14 @@ struct ClassTotals {
 
 void sum_labs(ClassTotals& t) {
   for (unsigned c = 0; c < kClassCount; c++) {
-    t.allocs[c] = percpu_count(c);  // per-CPU mode's fast paths (percpu.h)
-    t.frees[c] = g_unbound_frees[c].load(std::memory_order_relaxed) + percpu_count(kClassCount + c);
+    t.allocs[c] = 0;
+    t.frees[c] = g_unbound_frees[c].load(std::memory_order_relaxed);
   }
   for (Lab* lab = lab_first(); lab != nullptr; lab = lab->all_next.load(std::memory_order_acquire)) {
     for (unsigned c = 0; c < kClassCount; c++) {
-      t.allocs[c] += lab->allocs[c].load(std::memory_order_relaxed);
-      t.frees[c] += lab->frees[c].load(std::memory_order_relaxed);
+      // Its holder's counts, and per-CPU mode's fast paths' (lab.h).
+      t.allocs[c] += lab->allocs[c].load(std::memory_order_relaxed) + lab->cpu_allocs[c].load(std::memory_order_relaxed);
+      t.frees[c] += lab->frees[c].load(std::memory_order_relaxed) + lab->cpu_frees[c].load(std::memory_order_relaxed);
     }
   }
 }

@@ -79,16 +79,16 @@ namespace fw::os {
   "testq %[base], %[base]\n\t"                              \
   "jz %l[" fail "]\n\t"
 
-// The operations that succeed also give the CPU they ran on (*cpu): the
-// caller may count the operation there (with an atomic add: the thread may
-// have moved since).
+// The operations that succeed also give the array they used (*array, the
+// CPU's slot as the section found it): the caller may count the operation
+// there (with an atomic add: the slot may hold another array by then).
 
 // slots[cpu] is a pointer to an array of list heads (or null). Pops the first
 // node of list `idx` of the current CPU's array; each node's first word is the
 // next node's address XOR key. nullptr if the CPU is out of range, its slot is
 // empty or the list is empty.
 __attribute__((always_inline)) inline void* rseq_pop(ptrdiff_t off, void* const* slots, uint32_t ncpu,
-                                                     size_t idx, uintptr_t key, uint32_t* cpu) {
+                                                     size_t idx, uintptr_t key, void** array) {
   uintptr_t node, base, next, k;
 retry:
   asm volatile goto(FW_RSEQ_START("%[node]")
@@ -104,7 +104,7 @@ retry:
            : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [idx] "r"(idx), [key] "r"(key)
            : "memory", "cc"
            : none, abort);
-  *cpu = uint32_t(k);
+  *array = reinterpret_cast<void*>(base);
   return reinterpret_cast<void*>(node);
 none:
   return nullptr;
@@ -117,7 +117,7 @@ abort:
 // CPU is out of range, its slot is empty or the word differs.
 __attribute__((always_inline)) inline bool rseq_push_if(ptrdiff_t off, void* const* slots, uint32_t ncpu,
                                                         size_t at, const void* tag, size_t idx, uintptr_t key,
-                                                        void* node, uint32_t* cpu) {
+                                                        void* node, void** array) {
   uintptr_t base, head, k;
 retry:
   asm volatile goto(FW_RSEQ_START("%[head]")
@@ -134,7 +134,7 @@ retry:
              [key] "r"(key), [node] "r"(node)
            : "memory", "cc"
            : no, abort);
-  *cpu = uint32_t(k);
+  *array = reinterpret_cast<void*>(base);
   return true;
 no:
   return false;
@@ -149,7 +149,7 @@ abort:
 // changed, otherwise (CPU out of range, slot empty, another tag, no room).
 __attribute__((always_inline)) inline bool rseq_push_counted(ptrdiff_t off, void* const* slots, uint32_t ncpu,
                                                              size_t at, const void* tag, uintptr_t key,
-                                                             void* node, uint32_t* cpu) {
+                                                             void* node, void** array) {
   uintptr_t base, top, head, k;
 retry:
   asm volatile goto(FW_RSEQ_START("%[top]")
@@ -174,7 +174,7 @@ retry:
              [node] "r"(node)
            : "memory", "cc"
            : no, abort);
-  *cpu = uint32_t(k);
+  *array = reinterpret_cast<void*>(base);
   return true;
 no:
   return false;
@@ -231,11 +231,11 @@ abort:
 
 #else
 #define FW_HAS_RSEQ 0
-inline void* rseq_pop(ptrdiff_t, void* const*, uint32_t, size_t, uintptr_t, uint32_t*) { return nullptr; }
-inline bool rseq_push_if(ptrdiff_t, void* const*, uint32_t, size_t, const void*, size_t, uintptr_t, void*, uint32_t*) {
+inline void* rseq_pop(ptrdiff_t, void* const*, uint32_t, size_t, uintptr_t, void**) { return nullptr; }
+inline bool rseq_push_if(ptrdiff_t, void* const*, uint32_t, size_t, const void*, size_t, uintptr_t, void*, void**) {
   return false;
 }
-inline bool rseq_push_counted(ptrdiff_t, void* const*, uint32_t, size_t, const void*, uintptr_t, void*, uint32_t*) {
+inline bool rseq_push_counted(ptrdiff_t, void* const*, uint32_t, size_t, const void*, uintptr_t, void*, void**) {
   return false;
 }
 inline void* rseq_take(ptrdiff_t, void**, uint32_t) { return nullptr; }
