@@ -74,8 +74,7 @@ FW_NOINLINE void* malloc_secure(Lab* lab, unsigned c, size_t n) {
 
 void* alloc_class_percpu(unsigned c, size_t n) {
   void* lab;
-  void* p = os::rseq_pop(g_percpu.rseq_off, reinterpret_cast<void* const*>(g_percpu.slots), g_percpu.ncpu, c,
-                         g_list_key.load(std::memory_order_relaxed), &lab);
+  void* p = os::rseq_pop(g_percpu.rseq_off, reinterpret_cast<void* const*>(g_percpu.slots), g_percpu.ncpu, c, &lab);
   if (FW_UNLIKELY(p == nullptr)) return percpu_malloc_slow(c, n);
 #if FREEWAY_HARDENING
   clear_canary(p);

@@ -137,14 +137,12 @@ FW_INLINE void free_block_percpu(void* p, size_t n, bool aligned) {
   if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, c, d->carved.load(std::memory_order_relaxed), n, aligned)))
     return percpu_free_slow(p, d, false);
   void* const* slots = reinterpret_cast<void* const*>(g_percpu.slots);
-  const uintptr_t key = g_list_key.load(std::memory_order_relaxed);
   void* lab;
   // A CPU LAB keeps no spans (lab.h keeps_spans): the only span it owns of class c is hot[c].
   if (owned && os::rseq_push_if(g_percpu.rseq_off, slots, g_percpu.ncpu, offsetof(Lab, hot) + c * sizeof(Span*), d,
-                                c, key, p, &lab)) {
+                                c, p, &lab)) {
   } else if (os::rseq_push_counted(g_percpu.rseq_off, slots, g_percpu.ncpu,
-                                   offsetof(Lab, pending) + pending_slot(d) * sizeof(PendingChain), d, key, p,
-                                   &lab)) {
+                                   offsetof(Lab, pending) + pending_slot(d) * sizeof(PendingChain), d, p, &lab)) {
   } else {
     return percpu_free_slow(p, d, true);
   }

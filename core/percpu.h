@@ -32,7 +32,8 @@
 //
 // The mode (FREEWAY_PERCPU) is chosen at the first malloc (percpu_start).
 // Per-CPU mode needs rseq registered (os::rseq_offset) and secure mode off
-// (its quarantine is per thread); otherwise, and on Windows, freeway keeps
+// (its quarantine is per thread, and only secure mode encodes list links, so
+// the sections link blocks plainly); otherwise, and on Windows, freeway keeps
 // per-thread LABs. 1: per-CPU from the start. 2 (the default): per-thread
 // while the threads bound to LABs are at most twice the CPUs and at most
 // kPerCpuMinThreads, where the per-thread fast path is the cheaper one (no

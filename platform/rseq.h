@@ -85,10 +85,11 @@ namespace fw::os {
 
 // slots[cpu] is a pointer to an array of list heads (or null). Pops the first
 // node of list `idx` of the current CPU's array; each node's first word is the
-// next node's address XOR key. nullptr if the CPU is out of range, its slot is
+// next node's address (plain: the lists these sections work on are never
+// encoded, core/percpu.h). nullptr if the CPU is out of range, its slot is
 // empty or the list is empty.
 __attribute__((always_inline)) inline void* rseq_pop(ptrdiff_t off, void* const* slots, uint32_t ncpu,
-                                                     size_t idx, uintptr_t key, void** array) {
+                                                     size_t idx, void** array) {
   uintptr_t node, base, next, k;
 retry:
   asm volatile goto(FW_RSEQ_START("%[node]")
@@ -97,14 +98,14 @@ retry:
            "testq %[node], %[node]\n\t"
            "jz %l[none]\n\t"
            "movq (%[node]), %[next]\n\t"
-           "xorq %[key], %[next]\n\t"
            "movq %[next], (%[base], %[idx], 8)\n\t"    // commit: the head is the next node
            FW_RSEQ_END
            : [node] "=&r"(node), [base] "=&r"(base), [next] "=&r"(next), [k] "=&r"(k)
-           : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [idx] "r"(idx), [key] "r"(key)
+           : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [idx] "r"(idx)
            : "memory", "cc"
            : none, abort);
   *array = reinterpret_cast<void*>(base);
+  if (node == 0) __builtin_unreachable();  // the section left through `none` then
   return reinterpret_cast<void*>(node);
 none:
   return nullptr;
@@ -116,8 +117,8 @@ abort:
 // offset `at` of that array equals `tag`. false, with nothing changed, if the
 // CPU is out of range, its slot is empty or the word differs.
 __attribute__((always_inline)) inline bool rseq_push_if(ptrdiff_t off, void* const* slots, uint32_t ncpu,
-                                                        size_t at, const void* tag, size_t idx, uintptr_t key,
-                                                        void* node, void** array) {
+                                                        size_t at, const void* tag, size_t idx, void* node,
+                                                        void** array) {
   uintptr_t base, head, k;
 retry:
   asm volatile goto(FW_RSEQ_START("%[head]")
@@ -125,13 +126,12 @@ retry:
            "cmpq %[tag], (%[base], %[at])\n\t"
            "jne %l[no]\n\t"
            "movq (%[base], %[idx], 8), %[head]\n\t"
-           "xorq %[key], %[head]\n\t"
            "movq %[head], (%[node])\n\t"               // node's link (node is the caller's alone)
            "movq %[node], (%[base], %[idx], 8)\n\t"    // commit: node is the head
            FW_RSEQ_END
            : [base] "=&r"(base), [head] "=&r"(head), [k] "=&r"(k)
            : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [at] "r"(at), [tag] "r"(tag), [idx] "r"(idx),
-             [key] "r"(key), [node] "r"(node)
+             [node] "r"(node)
            : "memory", "cc"
            : no, abort);
   *array = reinterpret_cast<void*>(base);
@@ -144,12 +144,12 @@ abort:
 
 // A counted list at byte offset `at` of the current CPU's array: a tag word,
 // then `top` = head address (bits 0..47) | room << 48. If the tag is `tag` and
-// room is not 0, links `node` in front (its first word: the old head XOR key)
+// room is not 0, links `node` in front (its first word: the old head)
 // and stores top = node | (room - 1) << 48, the commit. false, with nothing
 // changed, otherwise (CPU out of range, slot empty, another tag, no room).
 __attribute__((always_inline)) inline bool rseq_push_counted(ptrdiff_t off, void* const* slots, uint32_t ncpu,
-                                                             size_t at, const void* tag, uintptr_t key,
-                                                             void* node, void** array) {
+                                                             size_t at, const void* tag, void* node,
+                                                             void** array) {
   uintptr_t base, top, head, k;
 retry:
   asm volatile goto(FW_RSEQ_START("%[top]")
@@ -165,13 +165,11 @@ retry:
            "orq %[node], %[top]\n\t"                    // the new top
            "shlq $16, %[head]\n\t"
            "shrq $16, %[head]\n\t"                      // the old head
-           "xorq %[key], %[head]\n\t"
            "movq %[head], (%[node])\n\t"               // node's link (node is the caller's alone)
            "movq %[top], 8(%[base], %[at])\n\t"         // commit
            FW_RSEQ_END
            : [base] "=&r"(base), [top] "=&r"(top), [head] "=&r"(head), [k] "=&r"(k)
-           : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [at] "r"(at), [tag] "r"(tag), [key] "r"(key),
-             [node] "r"(node)
+           : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [at] "r"(at), [tag] "r"(tag), [node] "r"(node)
            : "memory", "cc"
            : no, abort);
   *array = reinterpret_cast<void*>(base);
@@ -231,11 +229,11 @@ abort:
 
 #else
 #define FW_HAS_RSEQ 0
-inline void* rseq_pop(ptrdiff_t, void* const*, uint32_t, size_t, uintptr_t, void**) { return nullptr; }
-inline bool rseq_push_if(ptrdiff_t, void* const*, uint32_t, size_t, const void*, size_t, uintptr_t, void*, void**) {
+inline void* rseq_pop(ptrdiff_t, void* const*, uint32_t, size_t, void**) { return nullptr; }
+inline bool rseq_push_if(ptrdiff_t, void* const*, uint32_t, size_t, const void*, size_t, void*, void**) {
   return false;
 }
-inline bool rseq_push_counted(ptrdiff_t, void* const*, uint32_t, size_t, const void*, uintptr_t, void*, void**) {
+inline bool rseq_push_counted(ptrdiff_t, void* const*, uint32_t, size_t, const void*, void*, void**) {
   return false;
 }
 inline void* rseq_take(ptrdiff_t, void**, uint32_t) { return nullptr; }
