@@ -18,6 +18,24 @@
 
 using namespace fw;
 
+namespace {
+
+// n blocks of `size` bytes from fw_malloc (none null), in a random order
+// unrelated to their addresses, as a program frees a big hash.
+std::vector<void*> blocks_shuffled(size_t n, size_t size, uint64_t seed) {
+  std::vector<void*> v(n);
+  for (void*& p : v) p = fw_malloc(size);
+  REQUIRE(std::find(v.begin(), v.end(), nullptr) == v.end());
+  uint64_t x = seed;
+  for (size_t i = v.size() - 1; i > 0; i--) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    std::swap(v[i], v[x % (i + 1)]);
+  }
+  return v;
+}
+
+}  // namespace
+
 TEST_CASE("a thread's first call binds a LAB through the EMPTY placeholder") {
   std::thread([] {
     CHECK(lab_current() == &g_lab_empty);
@@ -198,15 +216,8 @@ TEST_CASE("a thread freeing in random order into many more floated spans than it
     // About 400 spans of 64-byte blocks, nearly all floated (FULL), freed in
     // an order unrelated to their addresses, as a program drops a big hash.
     const uint32_t per_span = class_info(class_of(64)).capacity;
-    std::vector<void*> v(size_t(per_span) * 400);
-    for (void*& p : v) p = fw_malloc(64);
-    REQUIRE(std::find(v.begin(), v.end(), nullptr) == v.end());
+    std::vector<void*> v = blocks_shuffled(size_t(per_span) * 400, 64, 0x9e3779b97f4a7c15ull);
     lab = lab_current();
-    uint64_t x = 0x9e3779b97f4a7c15ull;
-    for (size_t i = v.size() - 1; i > 0; i--) {
-      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-      std::swap(v[i], v[x % (i + 1)]);
-    }
     std::vector<Span*> spans;
     for (void* p : v) spans.push_back(span_of(p));
     std::sort(spans.begin(), spans.end());
@@ -271,15 +282,8 @@ TEST_CASE("a thread dropping a big heap in random order gets a chain budget that
   Lab* lab = nullptr;
   std::thread([&] {
     // 128 MiB of 64-byte blocks, nearly all in floated spans, freed in random order.
-    std::vector<void*> v(size_t(2) << 20);
-    for (void*& p : v) p = fw_malloc(64);
-    REQUIRE(std::find(v.begin(), v.end(), nullptr) == v.end());
+    std::vector<void*> v = blocks_shuffled(size_t(2) << 20, 64, 0x2545f4914f6cdd1dull);
     lab = lab_current();
-    uint64_t x = 0x2545f4914f6cdd1dull;
-    for (size_t i = v.size() - 1; i > 0; i--) {
-      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-      std::swap(v[i], v[x % (i + 1)]);
-    }
     for (size_t i = 0; i < v.size(); i++) {
       fw_free(v[i]);
       if (i % 4096 == 0) {
