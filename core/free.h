@@ -117,9 +117,10 @@ FW_INLINE bool free_fast_checks(void* p, const Span* d, size_t c, uint32_t carve
 //    changes only while the LAB is out of every slot);
 //  - a block of a span with a pending chain in that LAB that has room goes onto
 //    the chain (rseq_push_counted: the chain's span and room, then one store);
-// then the count, in the LAB the section used (lab_count_shared). The checks (hardening, size) come
-// first, once the span is known to hold small blocks: owned (HOT), or FULL or
-// PARTIAL by its anchor. Every other block goes to percpu_free_slow.
+// then the count, in the LAB the section used (lab_count_shared). The checks
+// (hardening, size) come first, once the span is known to hold small blocks:
+// owned (HOT), or FULL or PARTIAL by its anchor. Every other block goes to
+// percpu_free_slow.
 template <bool kSized>
 FW_INLINE void free_block_percpu(void* p, size_t n, bool aligned) {
   Span* slice = region_slice_of(p);
