@@ -137,9 +137,9 @@ void free_slow(Lab* lab, void* p, Span* d) {
   restore_slot(lab_slot_after(mine));
 }
 
-void free_chain_full(Lab* lab, void* p, Span* d) {
-  lab_defer_free(lab, d, p);
-  lab_count(lab->frees[d->cls.load(std::memory_order_relaxed)]);
+void free_chain_full(Lab* lab, void* p, Span* d, size_t c) {
+  lab_defer_free(lab, d, p);  // may give d back to the pool: its class is the one read before
+  lab_count(lab->frees[c]);
   restore_slot(lab);
 }
 

@@ -66,15 +66,18 @@ FW_NOINLINE void free_slow_sized(Lab* lab, void* p, Span* d, size_t n, bool alig
 // The same check for per-CPU mode, then percpu_free_slow.
 FW_NOINLINE void free_slow_sized_percpu(void* p, Span* d, size_t n, bool aligned);
 
-// free's path for block p (checked and canaried) of span d whose pending
-// chain in lab (d's slot) has room 1 or less: gives the chain to d and starts
-// the next one with p, or (a chain with no spare room) adds p and gives it
-// (lab_defer_free). Entered with BUSY set; restores the slot. The tests
+// free's path for block p (checked and canaried) of span d, of class c, whose
+// pending chain in lab (d's slot) has room 1 or less: gives the chain to d and
+// starts the next one with p, or (a chain with no spare room) adds p and gives
+// it (lab_defer_free). Entered with BUSY set; restores the slot. c is the
+// class the caller read before: once the chain is given, d may be empty, back
+// in the pool and another class's span (counting the free under d's class
+// then broke fw_check_heap's block equation, under load). The tests
 // free_slow makes first are settled by the chain itself: lab is the thread's
 // own LAB (placeholders hold no chains, so secure mode never gets here), and
 // d holds small blocks in use (those of the chain), so it is not free, large
 // or foreign.
-FW_NOINLINE void free_chain_full(Lab* lab, void* p, Span* d);
+FW_NOINLINE void free_chain_full(Lab* lab, void* p, Span* d, size_t c);
 
 // The per-CPU fast path, out of line: inlined, the registers its sections need
 // made every per-thread free save and restore two more. Defined once, in
@@ -187,7 +190,7 @@ FW_INLINE void free_block_impl(void* p, size_t n_size, bool aligned) {
     if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, c, d->carved.load(std::memory_order_relaxed), n_size, aligned)))
       return free_slow(lab, p, d);
     const uint64_t top = ch->top;
-    if (FW_UNLIKELY(chain_room(top) <= 1)) return free_chain_full(lab, p, d);
+    if (FW_UNLIKELY(chain_room(top) <= 1)) return free_chain_full(lab, p, d, c);
     block_link_fast(p, chain_head(top));
     ch->top = chain_top(p, chain_room(top) - 1);
   }
