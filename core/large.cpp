@@ -15,17 +15,23 @@ namespace {
 
 std::atomic<uint64_t> g_live_bytes{0}, g_allocs{0}, g_frees{0}, g_live_spans{0};
 
-// Sets the state of a descriptor the caller holds exclusively. A CAS, because a
-// reusable stack's popper may clear `linked` on it at the same time.
-void set_state(Span* s, uint32_t state) {
+// Sets s's state to `state` if the state it finds is in `from` (bit 1 << state
+// set) and returns the state it found. A CAS loop that keeps `linked` as it
+// finds it, because a reusable stack's popper may clear that bit at any moment
+// (docs/design.md): only the state decides.
+uint32_t change_state(Span* s, uint32_t state, uint32_t from) {
   uint64_t w = s->anchor.load(std::memory_order_acquire);
   for (;;) {
     Anchor a = Anchor::unpack(w);
+    if (((from >> a.state) & 1) == 0) return a.state;
     if (s->anchor.compare_exchange_weak(w, Anchor{0, 0, state, a.linked, a.tag + 1}.pack(),
                                         std::memory_order_acq_rel, std::memory_order_acquire))
-      return;
+      return a.state;
   }
 }
+
+// Sets the state of a descriptor the caller holds exclusively.
+void set_state(Span* s, uint32_t state) { change_state(s, state, ~0u); }
 
 // Run classes: the run length a block of `need` vspans takes. Up to 4 vspans
 // exactly; above, two classes per doubling, 2^k and 1.5 * 2^k. Runs of the
@@ -160,20 +166,12 @@ void large_free(void* p, Span* d) {
   uintptr_t base = span_base(head);
   if (reinterpret_cast<uintptr_t>(p) != base + head->offset.load(std::memory_order_relaxed))
     report_misuse("free of a pointer inside a large block (not its start):", p);
-  // A CAS loop, as in set_state: the head may still be linked in a reusable
-  // stack from an earlier life, whose popper may clear `linked` between the
-  // load and the CAS. Only a state that is no longer LARGE or HUGE (another
-  // free won) is a double free.
-  uint64_t w = head->anchor.load(std::memory_order_acquire);
-  uint32_t state;
-  for (;;) {
-    Anchor a = Anchor::unpack(w);
-    state = a.state;
-    if (state != kLarge && state != kHuge) report_misuse("double free of a large block:", p);
-    if (head->anchor.compare_exchange_weak(w, Anchor{0, 0, kFree, a.linked, a.tag + 1}.pack(),
-                                           std::memory_order_acq_rel, std::memory_order_acquire))
-      break;
-  }
+  // The head may still be linked in a reusable stack from an earlier life,
+  // whose popper may clear `linked` between a load and a CAS (change_state
+  // retries then). Only a state that is no longer LARGE or HUGE (another free
+  // won) is a double free.
+  const uint32_t state = change_state(head, kFree, (1u << kLarge) | (1u << kHuge));
+  if (state != kLarge && state != kHuge) report_misuse("double free of a large block:", p);
   uint64_t usable = head->large_size.load(std::memory_order_relaxed);
   g_live_bytes.fetch_sub(usable, std::memory_order_relaxed);
   g_frees.fetch_add(1, std::memory_order_relaxed);
