@@ -293,6 +293,15 @@ FW_INLINE void lab_count(std::atomic<uint64_t>& counter) {
 #endif
 }
 
+// lab's allocations and frees of class c: its holders' counts and per-CPU
+// mode's fast paths' (figures: relaxed loads).
+FW_INLINE uint64_t lab_allocs_of(const Lab* lab, unsigned c) {
+  return lab->allocs[c].load(std::memory_order_relaxed) + lab->cpu_allocs[c].load(std::memory_order_relaxed);
+}
+FW_INLINE uint64_t lab_frees_of(const Lab* lab, unsigned c) {
+  return lab->frees[c].load(std::memory_order_relaxed) + lab->cpu_frees[c].load(std::memory_order_relaxed);
+}
+
 // Adds one to a counter that any thread may add to (cpu_allocs, cpu_frees):
 // one locked add on x86-64.
 FW_INLINE void lab_count_shared(std::atomic<uint64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }

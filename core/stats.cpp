@@ -30,9 +30,8 @@ void sum_labs(ClassTotals& t) {
   }
   for (Lab* lab = lab_first(); lab != nullptr; lab = lab->all_next.load(std::memory_order_acquire)) {
     for (unsigned c = 0; c < kClassCount; c++) {
-      // Its holder's counts, and per-CPU mode's fast paths' (lab.h).
-      t.allocs[c] += lab->allocs[c].load(std::memory_order_relaxed) + lab->cpu_allocs[c].load(std::memory_order_relaxed);
-      t.frees[c] += lab->frees[c].load(std::memory_order_relaxed) + lab->cpu_frees[c].load(std::memory_order_relaxed);
+      t.allocs[c] += lab_allocs_of(lab, c);
+      t.frees[c] += lab_frees_of(lab, c);
     }
   }
 }

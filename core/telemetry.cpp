@@ -173,9 +173,8 @@ void write_snapshot(fwt_header* h, uint64_t start_ns, uint64_t last_publish_ns) 
     out.id = lab->id;
     out.kind = lab->kind.load(std::memory_order_relaxed);
     for (unsigned c = 0; c < kClassCount; c++) {
-      // Its holders' counts, and per-CPU mode's fast paths' (lab.h).
-      out.allocs += lab->allocs[c].load(std::memory_order_relaxed) + lab->cpu_allocs[c].load(std::memory_order_relaxed);
-      out.frees += lab->frees[c].load(std::memory_order_relaxed) + lab->cpu_frees[c].load(std::memory_order_relaxed);
+      out.allocs += lab_allocs_of(lab, c);
+      out.frees += lab_frees_of(lab, c);
     }
     out.pending = lab_pending_count(lab);
     for (uint32_t k = 0; k < cpus && out.kind == kLabCpu; k++) {
