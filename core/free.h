@@ -189,10 +189,11 @@ FW_INLINE void free_block_impl(void* p, size_t n_size, bool aligned) {
     // checks apply, and a full chain needs none of free_slow's tests.
     if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, c, d->carved.load(std::memory_order_relaxed), n_size, aligned)))
       return free_slow(lab, p, d);
-    const uint64_t top = ch->top;
-    if (FW_UNLIKELY(chain_room(top) <= 1)) return free_chain_full(lab, p, d, c);
-    block_link_fast(p, chain_head(top));
-    ch->top = chain_top(p, chain_room(top) - 1);
+    const uint32_t room = ch->room;
+    if (FW_UNLIKELY(room <= 1)) return free_chain_full(lab, p, d, c);
+    block_link_fast(p, ch->head);
+    ch->head = p;
+    ch->room = uint16_t(room - 1);
   }
   lab_count(lab->frees[c]);
   std::atomic_signal_fence(std::memory_order_seq_cst);

@@ -234,7 +234,7 @@ void chain_flush(Lab* lab, unsigned i) {
   PendingChain& ch = lab->pending[i];
   if (ch.span == nullptr) return;
   lab->pending_bytes -= pending_bytes_of(ch, ch.span->block_size.load(std::memory_order_relaxed));
-  span_free_list(ch.span, chain_head(ch.top), ch.tail, pending_count(ch));
+  span_free_list(ch.span, ch.head, ch.tail, pending_count(ch));
   ch = PendingChain{};
 }
 
@@ -398,7 +398,7 @@ uint32_t lab_pending_count(const Lab* lab) {
     const Span* s = __atomic_load_n(&ch.span, __ATOMIC_RELAXED);
     if (s == nullptr) continue;
     uint32_t limit = __atomic_load_n(&ch.limit, __ATOMIC_RELAXED);
-    uint32_t room = chain_room(__atomic_load_n(&ch.top, __ATOMIC_RELAXED));
+    uint32_t room = __atomic_load_n(&ch.room, __ATOMIC_RELAXED);
     n += room < limit ? limit - room : 0;
   }
   return n;
@@ -407,11 +407,11 @@ uint32_t lab_pending_count(const Lab* lab) {
 void lab_defer_free(Lab* lab, Span* s, void* p) {
   unsigned i = pending_slot_in(lab, s);
   PendingChain* ch = &lab->pending[i];
-  if (ch->span != s || chain_room(ch->top) <= ch->spare) {
-    if (ch->span != nullptr && ch->span != s && chain_room(ch->top) > ch->spare) lab->pending_conflicts++;
+  if (ch->span != s || ch->room <= ch->spare) {
+    if (ch->span != nullptr && ch->span != s && ch->room > ch->spare) lab->pending_conflicts++;
     if (lab->pending_mask >= kPendingChains) {
       const PendingChain& partner = lab->pending[i ^ ((lab->pending_mask + 1) / 2)];
-      if (partner.span != nullptr && chain_room(partner.top) > partner.spare) lab->pending_buddies++;
+      if (partner.span != nullptr && partner.room > partner.spare) lab->pending_buddies++;
     }
     chain_flush(lab, i);
     if (++lab->pending_started > lab->pending_mask) {
@@ -430,6 +430,10 @@ void lab_defer_free(Lab* lab, Span* s, void* p) {
     const uint32_t in_use = s->carved.load(std::memory_order_relaxed) -
                             Anchor::unpack(s->anchor.load(std::memory_order_relaxed)).count;
     if (in_use >= 1 && in_use < limit) limit = in_use;
+    // Nor, whatever those racing loads gave, more than s holds, so that room
+    // fits its 16 bits (lab.h).
+    const uint32_t capacity = s->capacity.load(std::memory_order_relaxed);
+    if (limit > capacity) limit = capacity;
     // Chains of blocks bigger than their share can overrun the budget: then
     // every chain goes to its span first.
     if (lab->pending_bytes + limit * bsize > lab->pending_budget) give_all_chains(lab);
@@ -441,14 +445,15 @@ void lab_defer_free(Lab* lab, Span* s, void* p) {
     // takes s's last blocks has none: the free that finds room 1 fills it and
     // gives it at once (below). A CPU LAB's fast path pushes down to room 0.
     const uint32_t spare = chains_have_spare(lab) && limit < in_use ? 1 : 0;
-    *ch = PendingChain{s, chain_top(nullptr, limit + spare), p, limit + spare, spare};
+    *ch = PendingChain{s, nullptr, uint16_t(limit + spare), uint16_t(limit + spare), uint16_t(spare), 0, p};
     lab->pending_of_class[s->cls.load(std::memory_order_relaxed)] |= uint64_t(1) << (i % kPendingChains);
   }
-  block_link(p, chain_head(ch->top));
-  ch->top = chain_top(p, chain_room(ch->top) - 1);
+  block_link(p, ch->head);
+  ch->head = p;
+  ch->room--;
   // A chain with no spare room that this free filled (its span's last blocks,
   // or a CPU LAB's): to its span now.
-  if (chain_room(ch->top) == 0) chain_flush(lab, i);
+  if (ch->room == 0) chain_flush(lab, i);
 }
 
 void lab_flush(Lab* lab) {
@@ -574,12 +579,12 @@ bool lab_is_valid(const Lab* lab) {
   for (unsigned i = 0; i < slots && i < kPendingMax; i++) {
     const PendingChain& ch = lab->pending[i];
     uint32_t n = 0, count = pending_count(ch);
-    for (void* b = chain_head(ch.top); b != nullptr && n <= count; b = block_next(b)) n++;
+    for (void* b = ch.head; b != nullptr && n <= count; b = block_next(b)) n++;
     if (n != count || (ch.span == nullptr) != (n == 0))
       ok = report_invariant("lab: pending chain does not match its count", n);
     if (ch.span == nullptr) continue;
     if (ch.spare > 1 || (ch.spare == 1 && !chains_have_spare(lab)) ||
-        chain_room(ch.top) < ch.spare)
+        ch.room < ch.spare)
       ok = report_invariant("lab: pending chain with a spare room it cannot have", ch.spare);
     if (pending_slot_in(lab, ch.span) != i)
       ok = report_invariant("lab: pending chain in another span's slot", span_index(ch.span));

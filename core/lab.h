@@ -61,6 +61,7 @@
 //   one, and from kPendingBudget to kPendingBudgetMax.
 #pragma once
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 #include "core/config.h"
@@ -168,27 +169,26 @@ FW_INLINE unsigned kept_limit(unsigned c) {
 // committed bytes, which the blowup bound takes as an extra fraction
 // (docs/design.md). Other LABs keep kPendingBudget.
 //
-// The chain's head and its room share one word, `top` (head address in bits
-// 0..47, room above), so that a push is one store: per-CPU mode's fast path
-// (platform/rseq.h, rseq_push_counted) commits it in a single instruction.
+// A push writes head and room, in that order; the holder alone writes them
+// (readers elsewhere take a figure, lab_pending_count). Per-CPU mode's fast
+// path (platform/rseq.h, rseq_push_counted) commits both in one 16-byte store:
+// head and the word that holds room are adjacent, and the store rewrites
+// limit and spare with the values the section read.
 struct PendingChain {
-  Span* span;    // nullptr: the slot is empty; first: rseq_push_counted compares it
-  uint64_t top;  // head | room << kChainRoomShift; room: frees the chain still takes
-                 // (0 only in a CPU LAB, until its next free into the span gives it)
+  Span* span;      // nullptr: the slot is empty; first: rseq_push_counted compares it
+  void* head;      // the block freed last; nullptr when empty
+  uint16_t room;   // frees the chain still takes (0 only in a CPU LAB, until
+                   // its next free into the span gives it); first in its word
+  uint16_t limit;  // its room when it started: the blocks it takes in all, plus spare
+  uint16_t spare;  // 1: the free that finds room 1 starts the next chain (below), 0: it fills this one
+  uint16_t unused;
   void* tail;
-  uint32_t limit;  // its room when it started: the blocks it takes in all, plus spare
-  uint32_t spare;  // 1: the free that finds room 1 starts the next chain (below), 0: it fills this one
 };
 static_assert(sizeof(PendingChain) == 32, "a slot is half a cache line");
-constexpr unsigned kChainRoomShift = 48;  // user addresses fit in 48 bits (config.h kAddressBits)
-static_assert(kAddressBits <= kChainRoomShift, "a chain's head fits below its room");
-FW_INLINE void* chain_head(uint64_t top) {
-  return reinterpret_cast<void*>(top & ((uint64_t(1) << kChainRoomShift) - 1));
-}
-FW_INLINE uint32_t chain_room(uint64_t top) { return uint32_t(top >> kChainRoomShift); }
-FW_INLINE uint64_t chain_top(const void* head, uint32_t room) {
-  return reinterpret_cast<uintptr_t>(head) | (uint64_t(room) << kChainRoomShift);
-}
+static_assert(offsetof(PendingChain, room) == offsetof(PendingChain, head) + 8,
+              "head and room commit in one 16-byte store (rseq_push_counted)");
+// A chain takes no more blocks than its span holds, and room counts them in 16 bits.
+static_assert(kVspanSize / kMinAlign < 0xffff, "a chain's room fits in 16 bits");
 constexpr unsigned kPendingChains = 64;   // slots a LAB starts with; pending_of_class is a 64-bit mask
 constexpr unsigned kPendingMax = 4096;    // slots a LAB grows to (128 KiB of them, paged in as used)
 constexpr uint32_t kPendingBudget = 1024 * 1024;  // bytes a LAB's chains may hold, at least
@@ -214,7 +214,7 @@ FW_INLINE uint32_t pending_share(uint64_t committed, uint64_t threads) {
 FW_INLINE uint32_t pending_bytes_of(const PendingChain& ch, uint32_t bsize) { return (ch.limit - ch.spare) * bsize; }
 // Blocks chain ch holds.
 FW_INLINE uint32_t pending_count(const PendingChain& ch) {
-  return ch.span == nullptr ? 0 : ch.limit - chain_room(ch.top);
+  return ch.span == nullptr ? 0 : uint32_t(ch.limit) - ch.room;
 }
 
 struct Lab {

@@ -143,32 +143,36 @@ abort:
 }
 
 // A counted list at byte offset `at` of the current CPU's array: a tag word,
-// then `top` = head address (bits 0..47) | room << 48. If the tag is `tag` and
-// room is not 0, links `node` in front (its first word: the old head)
-// and stores top = node | (room - 1) << 48, the commit. false, with nothing
-// changed, otherwise (CPU out of range, slot empty, another tag, no room).
+// the head, then a word whose low 16 bits are the room (core/lab.h
+// PendingChain). If the tag is `tag` and room is not 0, links `node` in front
+// (its first word: the old head) and stores head = node and room - 1 with one
+// 16-byte store, the commit, which rewrites the rest of the room's word as it
+// read it. false, with nothing changed, otherwise (CPU out of range, slot
+// empty, another tag, no room).
 __attribute__((always_inline)) inline bool rseq_push_counted(ptrdiff_t off, void* const* slots, uint32_t ncpu,
                                                              size_t at, const void* tag, void* node,
                                                              void** array) {
-  uintptr_t base, top, head, k;
+  typedef long long pair __attribute__((vector_size(16)));
+  uintptr_t base, word, head, k;
+  pair lo, hi;
 retry:
-  asm volatile goto(FW_RSEQ_START("%[top]")
+  asm volatile goto(FW_RSEQ_START("%[word]")
            FW_RSEQ_SLOT("no")
            "cmpq %[tag], (%[base], %[at])\n\t"
            "jne %l[no]\n\t"
-           "movq 8(%[base], %[at]), %[top]\n\t"
-           "movq %[top], %[head]\n\t"
-           "shrq $48, %[top]\n\t"                       // room
+           "movq 16(%[base], %[at]), %[word]\n\t"
+           "testw %w[word], %w[word]\n\t"               // room
            "jz %l[no]\n\t"
-           "subq $1, %[top]\n\t"
-           "shlq $48, %[top]\n\t"
-           "orq %[node], %[top]\n\t"                    // the new top
-           "shlq $16, %[head]\n\t"
-           "shrq $16, %[head]\n\t"                      // the old head
+           "subq $1, %[word]\n\t"                       // room - 1, the rest of the word unchanged
+           "movq 8(%[base], %[at]), %[head]\n\t"
            "movq %[head], (%[node])\n\t"               // node's link (node is the caller's alone)
-           "movq %[top], 8(%[base], %[at])\n\t"         // commit
+           "movq %[node], %[lo]\n\t"
+           "movq %[word], %[hi]\n\t"
+           "punpcklqdq %[hi], %[lo]\n\t"              // node, then the room's word
+           "movdqu %[lo], 8(%[base], %[at])\n\t"      // commit
            FW_RSEQ_END
-           : [base] "=&r"(base), [top] "=&r"(top), [head] "=&r"(head), [k] "=&r"(k)
+           : [base] "=&r"(base), [word] "=&r"(word), [head] "=&r"(head), [k] "=&r"(k), [lo] "=&x"(lo),
+             [hi] "=&x"(hi)
            : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [at] "r"(at), [tag] "r"(tag), [node] "r"(node)
            : "memory", "cc"
            : no, abort);
