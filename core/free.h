@@ -145,8 +145,8 @@ FW_INLINE void free_block_percpu(void* p, size_t n, bool aligned) {
   // A CPU LAB keeps no spans (lab.h keeps_spans): the only span it owns of class c is hot[c].
   if (owned && os::rseq_push_if(g_percpu.rseq_off, slots, g_percpu.ncpu, offsetof(Lab, hot) + c * sizeof(Span*), d,
                                 c, p, &lab)) {
-  } else if (os::rseq_push_counted(g_percpu.rseq_off, slots, g_percpu.ncpu,
-                                   offsetof(Lab, pending) + pending_slot(d) * sizeof(PendingChain), d, p, &lab)) {
+  } else if (os::rseq_push_counted(g_percpu.rseq_off, slots, g_percpu.ncpu, offsetof(Lab, pending_mask),
+                                   offsetof(Lab, pending), pending_key(d), d, p, &lab)) {
   } else {
     return percpu_free_slow(p, d, true);
   }

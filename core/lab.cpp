@@ -339,6 +339,13 @@ void flush_pending_class(Lab* lab, unsigned c) {
   lab->pending_of_class[c] = 0;
 }
 
+// Whether lab's chain slots and budget grow (lab.h): a per-thread LAB's (a
+// parked one's keeps what it had) or a CPU LAB's, outside secure mode.
+bool grows_chains(const Lab* lab) {
+  uint32_t kind = lab->kind.load(std::memory_order_relaxed);
+  return (kind == kLabThread || kind == kLabParked || kind == kLabCpu) && !secure_mode();
+}
+
 // Whether lab's chains get a spare room (lab.h): those whose holder frees
 // through the per-thread fast path, which stops at room 1.
 bool chains_have_spare(const Lab* lab) { return lab->kind.load(std::memory_order_relaxed) == kLabThread; }
@@ -351,8 +358,9 @@ void new_window(Lab* lab) {
 }
 
 // At the end of a window of chain starts (lab.h): doubles or halves the slots
-// of a per-thread LAB by how many starts evicted another span's chain, and
-// sets its budget to its share of the heap. Chains started before keep their
+// of a per-thread or CPU LAB by how many starts evicted another span's chain,
+// and sets its budget to its share of the heap (per thread bound to a LAB, or
+// per CPU). Chains started before keep their
 // limits; one that finds the chains over a lowered budget gives them all first.
 void resize_slots(Lab* lab) {
   const uint32_t slots = lab->pending_mask + 1;
@@ -362,8 +370,11 @@ void resize_slots(Lab* lab) {
   else if (lab->pending_buddies < slots / 32 && slots > kPendingChains)
     to = slots / 2;
   new_window(lab);
-  if (!keeps_spans(lab)) return;
-  lab->pending_budget = pending_share(committed_bytes(), g_threads_live.load(std::memory_order_relaxed));
+  if (!grows_chains(lab)) return;
+  const uint64_t sharers = lab->kind.load(std::memory_order_relaxed) == kLabCpu
+                               ? g_percpu.ncpu
+                               : g_threads_live.load(std::memory_order_relaxed);
+  lab->pending_budget = pending_share(committed_bytes(), sharers);
   if (to == slots) return;
   give_all_chains(lab);  // each chain's slot and limit depend on the slot count
   lab->pending_mask = to - 1;
@@ -373,7 +384,7 @@ void resize_slots(Lab* lab) {
 
 void lab_flush_pending(Lab* lab) {
   give_all_chains(lab);
-  lab->pending_mask = kPendingChains - 1;  // the LAB may become a CPU LAB next
+  lab->pending_mask = kPendingChains - 1;  // its next use starts small
   lab->pending_budget = kPendingBudget;
   new_window(lab);
 }
@@ -572,8 +583,8 @@ bool lab_is_valid(const Lab* lab) {
   bool ok = true;
   const uint32_t slots = lab->pending_mask + 1;
   if ((slots & (slots - 1)) != 0 || slots < kPendingChains || slots > kPendingMax ||
-      (slots != kPendingChains && !keeps_spans(lab)))
-    ok = report_invariant("lab: pending slot count not a power of two in range, or grown in a LAB that keeps none", slots);
+      (slots != kPendingChains && !grows_chains(lab)))
+    ok = report_invariant("lab: pending slot count not a power of two in range, or grown in a LAB whose chains do not grow", slots);
   uint64_t of_class[kClassCount] = {};  // the masks, derived from the chains
   uint64_t bytes = 0;
   for (unsigned i = 0; i < slots && i < kPendingMax; i++) {
@@ -601,8 +612,8 @@ bool lab_is_valid(const Lab* lab) {
   if (bytes != lab->pending_bytes || bytes > lab->pending_budget)
     ok = report_invariant("lab: pending chains hold other than their byte count, or over the budget", uint32_t(bytes));
   if (lab->pending_budget < kPendingBudget || lab->pending_budget > kPendingBudgetMax ||
-      (lab->pending_budget != kPendingBudget && !keeps_spans(lab)))
-    ok = report_invariant("lab: pending budget out of range, or grown in a LAB that keeps no spans", lab->pending_budget);
+      (lab->pending_budget != kPendingBudget && !grows_chains(lab)))
+    ok = report_invariant("lab: pending budget out of range, or grown in a LAB whose chains do not grow", lab->pending_budget);
   for (unsigned c = 0; c < kClassCount; c++) {
     const Span* s = lab->hot[c];
     if (s == nullptr) {

@@ -47,9 +47,9 @@
 //   LABs outside secure mode keep spans (keeps_spans), every other LAB has
 //   kept_n[c] == 0.
 //   pending_mask + 1 (the chain slots in use) is a power of two from
-//   kPendingChains to kPendingMax, kPendingChains unless the LAB is a
-//   per-thread one outside secure mode; 0 in a placeholder (its one slot,
-//   pending[0], stays empty);
+//   kPendingChains to kPendingMax, kPendingChains unless the LAB's chains
+//   grow (grows_chains: a per-thread or CPU LAB outside secure mode); 0 in a
+//   placeholder (its one slot, pending[0], stays empty);
 //   for each pending chain ch: ch.span == nullptr  <=>  the chain is empty;
 //   otherwise ch is in the slot of ch.span (pending_slot_in) below
 //   pending_mask + 1, and head..tail holds pending_count(ch) = limit - room
@@ -143,7 +143,7 @@ FW_INLINE unsigned kept_limit(unsigned c) {
 // floated spans than that (dropping a big structure: perl's `undef %h`,
 // bench/teardown) would evict a chain of one block at nearly every free, a
 // CAS each, and on x86 that CAS also waits for the free's own cache miss, so
-// successive frees could not overlap their misses. So a per-thread LAB
+// successive frees could not overlap their misses. So a per-thread or CPU LAB
 // counts, over each window of as many chain starts as it has slots, the
 // starts that evicted another span's chain with room left (conflicts), and
 // the starts whose slot's partner with half the slots (slot i and
@@ -154,8 +154,9 @@ FW_INLINE unsigned kept_limit(unsigned c) {
 // have conflicted, well below the quarter that doubles them again. Either way
 // every chain goes to its span first. A chain holds at most pending_budget /
 // slots bytes of blocks (at least one block), and all of a LAB's chains at
-// most pending_budget. CPU LABs keep kPendingChains slots: per-CPU mode's fast
-// path (rseq_push_counted) finds a chain by pending_slot.
+// most pending_budget. Per-CPU mode's fast path (rseq_push_counted) reads the
+// slot count inside its section: a CPU LAB's slots change only while a slow
+// path holds it out of its slot.
 //
 // The budget grows with the heap. Each chain costs its thread one slow path
 // and one CAS, so a thread that drops a heap of N bytes in random order pays
@@ -164,10 +165,11 @@ FW_INLINE unsigned kept_limit(unsigned c) {
 // spans leave 256 bytes per chain, 5 to 16 blocks). So at the end of each
 // window a per-thread LAB sets its budget to its share of the heap:
 // committed bytes / (kPendingShare * threads bound to LABs), at least
-// kPendingBudget and at most kPendingBudgetMax. All per-thread LABs' chains
-// then hold at most L * kPendingBudget plus about 1/kPendingShare of the
-// committed bytes, which the blowup bound takes as an extra fraction
-// (docs/design.md). Other LABs keep kPendingBudget.
+// kPendingBudget and at most kPendingBudgetMax; a CPU LAB, committed bytes /
+// (kPendingShare * CPUs). All per-thread LABs' chains then hold at most
+// L * kPendingBudget plus about 1/kPendingShare of the committed bytes, and
+// so do the CPU LABs' (docs/design.md takes it as an extra fraction in the
+// blowup bound). Other LABs keep kPendingBudget.
 //
 // A push writes head and room, in that order; the holder alone writes them
 // (readers elsewhere take a figure, lab_pending_count). Per-CPU mode's fast
@@ -258,14 +260,12 @@ extern FW_HIDDEN Lab g_lab_busy;   // the thread is inside malloc/free
 extern FW_HIDDEN Lab g_lab_dead;   // the thread's LAB was released at thread exit
 extern FW_HIDDEN Lab g_lab_secure; // secure mode: the thread's LAB is elsewhere, every call takes the slow path
 
-// The pending chain slot of span d in a LAB with kPendingChains slots (a CPU
-// LAB's, per-CPU mode's fast path): consecutive descriptors get consecutive slots.
-FW_INLINE unsigned pending_slot(const Span* d) {
-  return unsigned((reinterpret_cast<uintptr_t>(d) / sizeof(Span)) % kPendingChains);
-}
+// Span d's pending chain slot is its key masked by the slot count - 1:
+// consecutive descriptors get consecutive slots.
+FW_INLINE uintptr_t pending_key(const Span* d) { return reinterpret_cast<uintptr_t>(d) / sizeof(Span); }
 // Its slot in lab, whatever lab's slot count (0 in a placeholder).
 FW_INLINE unsigned pending_slot_in(const Lab* lab, const Span* d) {
-  return unsigned(reinterpret_cast<uintptr_t>(d) / sizeof(Span)) & lab->pending_mask;
+  return unsigned(pending_key(d)) & lab->pending_mask;
 }
 
 FW_INLINE bool is_placeholder(const Lab* lab) {

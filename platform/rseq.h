@@ -142,38 +142,45 @@ abort:
   goto retry;
 }
 
-// A counted list at byte offset `at` of the current CPU's array: a tag word,
-// the head, then a word whose low 16 bits are the room (core/lab.h
-// PendingChain). If the tag is `tag` and room is not 0, links `node` in front
-// (its first word: the old head) and stores head = node and room - 1 with one
-// 16-byte store, the commit, which rewrites the rest of the room's word as it
-// read it. false, with nothing changed, otherwise (CPU out of range, slot
-// empty, another tag, no room).
+// A counted list in a table of 32-byte slots at byte offset `table` of the
+// current CPU's array, whose 32-bit word at byte offset `mask` is the number
+// of slots in use - 1 (a power of two - 1): the list is slot key & mask. A
+// slot holds a tag word, the head, then a word whose low 16 bits are the room
+// (core/lab.h PendingChain). If the tag is `tag` and room is not 0, links
+// `node` in front (its first word: the old head) and stores head = node and
+// room - 1 with one 16-byte store, the commit, which rewrites the rest of the
+// room's word as it read it. false, with nothing changed, otherwise (CPU out
+// of range, slot empty, another tag, no room).
 __attribute__((always_inline)) inline bool rseq_push_counted(ptrdiff_t off, void* const* slots, uint32_t ncpu,
-                                                             size_t at, const void* tag, void* node,
-                                                             void** array) {
+                                                             size_t mask, size_t table, uintptr_t key,
+                                                             const void* tag, void* node, void** array) {
   typedef long long pair __attribute__((vector_size(16)));
   uintptr_t base, word, head, k;
   pair lo, hi;
 retry:
   asm volatile goto(FW_RSEQ_START("%[word]")
            FW_RSEQ_SLOT("no")
-           "cmpq %[tag], (%[base], %[at])\n\t"
+           "movl (%[base], %[mask]), %k[k]\n\t"         // slots in use - 1
+           "andl %k[key], %k[k]\n\t"
+           "shlq $5, %[k]\n\t"
+           "addq %[table], %[k]\n\t"                    // the slot's offset in the array
+           "cmpq %[tag], (%[base], %[k])\n\t"
            "jne %l[no]\n\t"
-           "movq 16(%[base], %[at]), %[word]\n\t"
+           "movq 16(%[base], %[k]), %[word]\n\t"
            "testw %w[word], %w[word]\n\t"               // room
            "jz %l[no]\n\t"
            "subq $1, %[word]\n\t"                       // room - 1, the rest of the word unchanged
-           "movq 8(%[base], %[at]), %[head]\n\t"
+           "movq 8(%[base], %[k]), %[head]\n\t"
            "movq %[head], (%[node])\n\t"               // node's link (node is the caller's alone)
            "movq %[node], %[lo]\n\t"
            "movq %[word], %[hi]\n\t"
            "punpcklqdq %[hi], %[lo]\n\t"              // node, then the room's word
-           "movdqu %[lo], 8(%[base], %[at])\n\t"      // commit
+           "movdqu %[lo], 8(%[base], %[k])\n\t"       // commit
            FW_RSEQ_END
            : [base] "=&r"(base), [word] "=&r"(word), [head] "=&r"(head), [k] "=&r"(k), [lo] "=&x"(lo),
              [hi] "=&x"(hi)
-           : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [at] "r"(at), [tag] "r"(tag), [node] "r"(node)
+           : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [mask] "r"(mask), [table] "r"(table),
+             [key] "r"(key), [tag] "r"(tag), [node] "r"(node)
            : "memory", "cc"
            : no, abort);
   *array = reinterpret_cast<void*>(base);
@@ -237,7 +244,7 @@ inline void* rseq_pop(ptrdiff_t, void* const*, uint32_t, size_t, void**) { retur
 inline bool rseq_push_if(ptrdiff_t, void* const*, uint32_t, size_t, const void*, size_t, void*, void**) {
   return false;
 }
-inline bool rseq_push_counted(ptrdiff_t, void* const*, uint32_t, size_t, const void*, void*, void**) {
+inline bool rseq_push_counted(ptrdiff_t, void* const*, uint32_t, size_t, size_t, uintptr_t, const void*, void*, void**) {
   return false;
 }
 inline void* rseq_take(ptrdiff_t, void**, uint32_t) { return nullptr; }

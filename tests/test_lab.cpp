@@ -266,8 +266,8 @@ TEST_CASE("a thread freeing in random order into many more floated spans than it
   CHECK_FALSE(over_budget);
   CHECK(not_returned == 0);
   CHECK(slots_later < slots_after_grow);
-  // Thread exit gave every chain to its span and set the slots back: the LAB
-  // may become a CPU LAB next, whose fast path uses kPendingChains slots.
+  // Thread exit gave every chain to its span and set the slots back: the
+  // LAB's next use starts small.
   CHECK(lab->pending_mask + 1 == kPendingChains);
   CHECK(lab_pending_count(lab) == 0);
   CHECK(fw_check_heap() == 0);

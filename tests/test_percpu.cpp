@@ -11,7 +11,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "core/arena.h"
 #include "core/lab.h"
 #include "core/percpu.h"
+#include "core/span_pool.h"
 #include "freeway.h"
 #include "platform/os.h"
 
@@ -103,6 +106,53 @@ TEST_CASE("per-CPU mode: a CPU's cache keeps no spans: the spans it filled float
       if (span_of(p) != first) fw_free(p);
     CHECK(fw_check_heap() == 0);
   }).join();
+}
+
+TEST_CASE("per-CPU mode: a thread dropping a big heap in random order grows its CPU cache's chain slots and "
+          "budget: the chains batch the frees, never hold more than the budget, and the budget stays within its "
+          "share per CPU") {
+  if (!per_cpu()) return;
+  fw_collect();
+  uint32_t most_slots = 0, most_held = 0, most_budget = 0;
+  bool over_budget = false, over_share = false;
+  std::thread([&] {
+    unsigned cpu = pin_first();
+    // 128 MiB of 64-byte blocks, nearly all in floated spans (a CPU's cache
+    // keeps none), freed in an order unrelated to their addresses.
+    std::vector<void*> v(size_t(2) << 20);
+    for (void*& p : v) p = fw_malloc(64);
+    REQUIRE(std::find(v.begin(), v.end(), nullptr) == v.end());
+    uint64_t x = 0x2545f4914f6cdd1dull;
+    for (size_t i = v.size() - 1; i > 0; i--) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      std::swap(v[i], v[x % (i + 1)]);
+    }
+    for (size_t i = 0; i < v.size(); i++) {
+      fw_free(v[i]);
+      if (i % 4096 != 0) continue;
+      const Lab* lab = percpu_slot(cpu);  // in its slot between calls (nothing else runs here)
+      if (lab == nullptr) continue;
+      const uint32_t held = lab_pending_count(lab);
+      most_held = std::max(most_held, held);
+      most_slots = std::max(most_slots, lab->pending_mask + 1);
+      most_budget = std::max(most_budget, lab->pending_budget);
+      over_budget |= uint64_t(held) * 64 > lab->pending_budget || lab->pending_bytes > lab->pending_budget;
+      over_share |= lab->pending_budget > pending_share(peak_committed_bytes(), g_percpu.ncpu);
+    }
+    CHECK(fw_check_heap() == 0);
+  }).join();
+  std::printf("per-CPU, random frees of 128 MiB of 64-byte blocks: chain slots grew to %u, budget up to %u KiB, "
+              "chains held up to %u KiB\n",
+              most_slots, most_budget / 1024, most_held * 64 / 1024);
+  // With the kPendingChains slots and the 1 MiB a CPU's cache had before,
+  // nearly every free evicted a chain of one block (a CAS per free).
+  CHECK(most_slots >= 256);
+  CHECK(uint64_t(most_held) * 64 > kPendingBudget);
+  CHECK_FALSE(over_budget);
+  CHECK_FALSE(over_share);
+  CHECK(most_budget <= kPendingBudgetMax);
+  fw_collect();  // every CPU's chains reach their spans
+  CHECK(fw_check_heap() == 0);
 }
 
 TEST_CASE("per-CPU mode: migrating threads exchanging blocks keep exact counts (allocs - frees = blocks in use)") {
