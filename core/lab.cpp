@@ -490,6 +490,7 @@ void* lab_refill(Lab* lab, unsigned c) {
   for (;;) {
     if (void* p = lab->free[c]) {
       lab->free[c] = block_next(p);
+      __builtin_prefetch(lab->free[c], 1);  // as alloc_class does
       clear_canary(p);
       lab_count(lab->allocs[c]);
       return p;
