@@ -365,10 +365,16 @@ void new_window(Lab* lab) {
 void resize_slots(Lab* lab) {
   const uint32_t slots = lab->pending_mask + 1;
   uint32_t to = slots;
-  if (lab->pending_conflicts > slots / 4 && slots < kPendingMax)
-    to = slots * 2;
-  else if (lab->pending_buddies < slots / 32 && slots > kPendingChains)
+  // A window with conflicts enough to double never halves, even at
+  // kPendingMax: spans whose descriptors share slots (more spans than slots,
+  // or spans of several regions at the same place in each) leave the upper
+  // half's partners empty, and halving there would flip the count, giving
+  // every chain back, window after window.
+  if (lab->pending_conflicts > slots / 4) {
+    if (slots < kPendingMax) to = slots * 2;
+  } else if (lab->pending_buddies < slots / 32 && slots > kPendingChains) {
     to = slots / 2;
+  }
   new_window(lab);
   if (!grows_chains(lab)) return;
   const uint64_t sharers = lab->kind.load(std::memory_order_relaxed) == kLabCpu

@@ -274,6 +274,42 @@ TEST_CASE("a thread freeing in random order into many more floated spans than it
   fw_collect();
 }
 
+TEST_CASE("a LAB at the most chain slots whose window had conflicts enough to double keeps its slots, though no "
+          "chain was in any partner slot (spans of several regions sharing slots): it does not halve them and give "
+          "every chain back") {
+  fw_collect();
+  uint32_t after = 0;
+  bool valid = false;
+  std::thread([&] {
+    const uint32_t per_span = class_info(class_of(64)).capacity;
+    std::vector<void*> v(size_t(per_span) * 40);
+    for (void*& p : v) p = fw_malloc(64);
+    REQUIRE(std::find(v.begin(), v.end(), nullptr) == v.end());
+    fw_collect();  // no chain, no kept span; the full spans float
+    Lab* lab = lab_current();
+    auto floated = std::find_if(v.begin(), v.end(), [](void* p) { return span_of(p)->owner.load() == nullptr; });
+    REQUIRE(floated != v.end());
+    // A window that the next chain start ends, at kPendingMax slots: half its
+    // starts evicted a chain, none found one in its partner slot (the pattern
+    // of spans in two regions at the same places, where the upper half of the
+    // slots stays empty).
+    lab->pending_mask = kPendingMax - 1;
+    lab->pending_started = kPendingMax - 1;
+    lab->pending_conflicts = kPendingMax / 2;
+    lab->pending_buddies = 0;
+    fw_free(*floated);  // starts a chain: the window ends
+    after = lab->pending_mask + 1;
+    valid = lab_is_valid(lab);
+    for (void* p : v)
+      if (p != *floated) fw_free(p);
+  }).join();
+  // Before stop 29 the halving test ran whenever the doubling could not: 2,048.
+  CHECK(after == kPendingMax);
+  CHECK(valid);
+  CHECK(fw_check_heap() == 0);
+  fw_collect();
+}
+
 TEST_CASE("a thread dropping a big heap in random order gets a chain budget that grows with the heap: its chains "
           "hold more than the least budget, never more than its budget, and the budget stays within its share") {
   fw_collect();
