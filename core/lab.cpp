@@ -360,8 +360,8 @@ void new_window(Lab* lab) {
 // At the end of a window of chain starts (lab.h): doubles or halves the slots
 // of a per-thread or CPU LAB by how many starts evicted another span's chain,
 // and sets its budget to its share of the heap (per thread bound to a LAB, or
-// per CPU). Chains started before keep their
-// limits; one that finds the chains over a lowered budget gives them all first.
+// per CPU). Chains started before keep their limits; one that finds the
+// chains over a lowered budget gives them all first.
 void resize_slots(Lab* lab) {
   const uint32_t slots = lab->pending_mask + 1;
   uint32_t to = slots;
@@ -591,7 +591,8 @@ bool lab_is_valid(const Lab* lab) {
   const uint32_t slots = lab->pending_mask + 1;
   if ((slots & (slots - 1)) != 0 || slots < kPendingChains || slots > kPendingMax ||
       (slots != kPendingChains && !grows_chains(lab)))
-    ok = report_invariant("lab: pending slot count not a power of two in range, or grown in a LAB whose chains do not grow", slots);
+    ok = report_invariant("lab: pending slot count not a power of two in range, or grown in a LAB that grows none",
+                          slots);
   uint64_t of_class[kClassCount] = {};  // the masks, derived from the chains
   uint64_t bytes = 0;
   for (unsigned i = 0; i < slots && i < kPendingMax; i++) {
@@ -620,7 +621,7 @@ bool lab_is_valid(const Lab* lab) {
     ok = report_invariant("lab: pending chains hold other than their byte count, or over the budget", uint32_t(bytes));
   if (lab->pending_budget < kPendingBudget || lab->pending_budget > kPendingBudgetMax ||
       (lab->pending_budget != kPendingBudget && !grows_chains(lab)))
-    ok = report_invariant("lab: pending budget out of range, or grown in a LAB whose chains do not grow", lab->pending_budget);
+    ok = report_invariant("lab: pending budget out of range, or grown in a LAB that grows none", lab->pending_budget);
   for (unsigned c = 0; c < kClassCount; c++) {
     const Span* s = lab->hot[c];
     if (s == nullptr) {

@@ -150,9 +150,9 @@ FW_INLINE unsigned kept_limit(unsigned c) {
 // i + slots/2) held a chain with room left (conflicts they would have been).
 // Conflicts in more than a quarter of the window double its slots (up to
 // kPendingMax, where they stay); otherwise partners in fewer than 1/32 halve
-// them (down to kPendingChains): with half the slots, fewer than 1/32 of the starts would
-// have conflicted, well below the quarter that doubles them again. Either way
-// every chain goes to its span first. A chain holds at most pending_budget /
+// them (down to kPendingChains): with half the slots, fewer than 1/32 of the
+// starts would have conflicted, well below the quarter that doubles them
+// again. Either way every chain goes to its span first. A chain holds at most pending_budget /
 // slots bytes of blocks (at least one block), and all of a LAB's chains at
 // most pending_budget. Per-CPU mode's fast path (rseq_push_counted) reads the
 // slot count inside its section: a CPU LAB's slots change only while a slow

@@ -244,7 +244,8 @@ inline void* rseq_pop(ptrdiff_t, void* const*, uint32_t, size_t, void**) { retur
 inline bool rseq_push_if(ptrdiff_t, void* const*, uint32_t, size_t, const void*, size_t, void*, void**) {
   return false;
 }
-inline bool rseq_push_counted(ptrdiff_t, void* const*, uint32_t, size_t, size_t, uintptr_t, const void*, void*, void**) {
+inline bool rseq_push_counted(ptrdiff_t, void* const*, uint32_t, size_t, size_t, uintptr_t, const void*, void*,
+                              void**) {
   return false;
 }
 inline void* rseq_take(ptrdiff_t, void**, uint32_t) { return nullptr; }
