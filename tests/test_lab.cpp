@@ -15,6 +15,7 @@
 #include "core/span_pool.h"
 #include "freeway.h"
 #include "platform/os.h"
+#include "rng.h"
 
 using namespace fw;
 
@@ -26,11 +27,8 @@ std::vector<void*> blocks_shuffled(size_t n, size_t size, uint64_t seed) {
   std::vector<void*> v(n);
   for (void*& p : v) p = fw_malloc(size);
   REQUIRE(std::find(v.begin(), v.end(), nullptr) == v.end());
-  uint64_t x = seed;
-  for (size_t i = v.size() - 1; i > 0; i--) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    std::swap(v[i], v[x % (i + 1)]);
-  }
+  fwtest::Rng rng{seed};
+  fwtest::shuffle(v.data(), v.size(), rng);
   return v;
 }
 

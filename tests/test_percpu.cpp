@@ -24,6 +24,7 @@
 #include "core/span_pool.h"
 #include "freeway.h"
 #include "platform/os.h"
+#include "rng.h"
 
 using namespace fw;
 
@@ -122,11 +123,8 @@ TEST_CASE("per-CPU mode: a thread dropping a big heap in random order grows its 
     std::vector<void*> v(size_t(2) << 20);
     for (void*& p : v) p = fw_malloc(64);
     REQUIRE(std::find(v.begin(), v.end(), nullptr) == v.end());
-    uint64_t x = 0x2545f4914f6cdd1dull;
-    for (size_t i = v.size() - 1; i > 0; i--) {
-      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-      std::swap(v[i], v[x % (i + 1)]);
-    }
+    fwtest::Rng rng{0x2545f4914f6cdd1dull};
+    fwtest::shuffle(v.data(), v.size(), rng);
     for (size_t i = 0; i < v.size(); i++) {
       fw_free(v[i]);
       if (i % 4096 != 0) continue;
