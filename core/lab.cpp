@@ -32,6 +32,9 @@ constinit std::atomic<uint32_t> g_lab_next{0};
 constinit std::atomic<Lab*> g_lab_all{nullptr};
 constinit std::atomic<uint64_t> g_threads_live{0}, g_threads_created{0};
 constinit std::atomic<uint64_t> g_acquisitions{0};
+// The sum of every LAB's pending_bytes (lab_held_bytes), changed where they
+// change. Signed for the reason span_hot_bytes is.
+constinit std::atomic<int64_t> g_pending_total{0};
 
 struct IdleLink {
   std::atomic<uint32_t>& operator()(uint32_t i) const {
@@ -170,10 +173,14 @@ void lab_thread_exit(void* arg) {
 Span* acquire_span(Lab* lab, unsigned c, void** list) {
   *list = nullptr;
   while (Span* s = reusable_pop(c)) {
-    if (span_claim_reusable(s, c, lab, list)) return s;
+    if (span_claim_reusable(s, c, lab, list)) {
+      percpu_caches_grew();
+      return s;
+    }
   }
   Span* s = pool_take_span(class_info(c).span_bytes);
   if (s == nullptr || !span_make_hot(s, c, lab)) return nullptr;
+  percpu_caches_grew();
   uint64_t every = uint64_t(option(Option::peak_sample));
   if (every > 0 && g_acquisitions.fetch_add(1, std::memory_order_relaxed) % every == 0) {
     stats_sample_peak();
@@ -233,7 +240,9 @@ namespace {
 void chain_flush(Lab* lab, unsigned i) {
   PendingChain& ch = lab->pending[i];
   if (ch.span == nullptr) return;
-  lab->pending_bytes -= pending_bytes_of(ch, ch.span->block_size.load(std::memory_order_relaxed));
+  const uint32_t bytes = pending_bytes_of(ch, ch.span->block_size.load(std::memory_order_relaxed));
+  lab->pending_bytes -= bytes;
+  g_pending_total.fetch_sub(int64_t(bytes), std::memory_order_relaxed);
   span_free_list(ch.span, ch.head, ch.tail, pending_count(ch));
   ch = PendingChain{};
 }
@@ -455,6 +464,8 @@ void lab_defer_free(Lab* lab, Span* s, void* p) {
     // every chain goes to its span first.
     if (lab->pending_bytes + limit * bsize > lab->pending_budget) give_all_chains(lab);
     lab->pending_bytes += limit * bsize;
+    g_pending_total.fetch_add(int64_t(limit) * bsize, std::memory_order_relaxed);
+    percpu_caches_grew();
     // A chain of a thread's LAB that takes fewer blocks than s has in use gets
     // a spare room: free's fast path pushes while room > 1, so the chain fills
     // on the fast path and the next free into s, which finds room 1, gives it
@@ -566,6 +577,10 @@ void lab_flush_quarantine(Lab* lab) {
 Lab* lab_first() { return g_lab_all.load(std::memory_order_acquire); }
 uint64_t lab_threads_live() { return g_threads_live.load(std::memory_order_relaxed); }
 uint64_t lab_threads_created() { return g_threads_created.load(std::memory_order_relaxed); }
+uint64_t lab_held_bytes() {
+  int64_t pending = g_pending_total.load(std::memory_order_relaxed);
+  return span_hot_bytes() + (pending > 0 ? uint64_t(pending) : 0);
+}
 
 namespace {
 

@@ -370,6 +370,9 @@ void lab_flush_quarantine(Lab* lab);
 Lab* lab_first();
 uint64_t lab_threads_live();
 uint64_t lab_threads_created();
+// What the LABs hold: the bytes of the spans they own (span_hot_bytes) and the
+// budgets their pending chains take (pending_bytes). Read without stopping them.
+uint64_t lab_held_bytes();
 
 bool lab_is_valid(const Lab* lab);
 

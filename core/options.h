@@ -18,7 +18,7 @@ namespace fw {
   X(peak_sample, 64, "sample live bytes for the peak figure every this many span acquisitions") \
   X(secure, 0, "1: tail canaries, free fill and quarantine (secure_heap.h), encoded free lists, guard pages") \
   X(telemetry, 0, "1: publish the heap's state for freeway-inspect in /dev/shm/freeway.<pid>")   \
-  X(percpu, 2, "caches per CPU through rseq (Linux x86-64): 0 per-thread, 1 per-CPU (warns if it cannot), 2 per-CPU once threads are more than twice the CPUs and 16") \
+  X(percpu, 2, "caches per CPU through rseq (Linux x86-64): 0 per-thread, 1 per-CPU (warns if it cannot), 2 per-CPU once threads are more than twice the CPUs and 16 and their caches hold more than 32 MiB") \
   X(telemetry_hz, 20, "telemetry snapshots per second (1 to 1000)")
 
 enum class Option : unsigned {

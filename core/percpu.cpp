@@ -22,7 +22,8 @@ constexpr uint32_t kMaxCpus = 4096;
 enum : int { kUndecided = 0, kDeciding = 1, kDecided = 2 };
 constinit std::atomic<int> g_decision{kUndecided};
 // FREEWAY_PERCPU=2 with rseq available: the tables are made and per-CPU mode
-// starts when the threads bound to caches are more than twice the CPUs.
+// starts when the threads bound to caches are more than twice the CPUs and
+// their caches hold more than kPerThreadHeldMax.
 constinit std::atomic<bool> g_armed{false};
 // The default switches once the threads bound to caches are more than this:
 // twice the CPUs, and at least kPerCpuMinThreads.
@@ -30,6 +31,13 @@ constinit uint32_t g_switch_threads = 0;
 // The threads bound to caches were more than g_switch_threads when the last
 // thread bound one, and none has exited since to bring them back below.
 constinit std::atomic<bool> g_over{false};
+// And at the bind before that: the threads are many (percpu_thread_bound).
+constinit std::atomic<bool> g_many{false};
+
+// The threads are many and their caches hold more than kPerThreadHeldMax: per-CPU from now on.
+void switch_if_held_much() {
+  if (lab_held_bytes() > kPerThreadHeldMax) g_percpu.on.store(true, std::memory_order_release);
+}
 
 // The CPU's slot array and counter rows; false if there is no memory for them.
 bool make_tables(ptrdiff_t off) {
@@ -139,12 +147,22 @@ void percpu_thread_bound(uint64_t threads_live) {
   if (threads_live <= g_switch_threads) return;
   // Over the limit at a second bind in a row: the threads are many, not just
   // a successor that started before its predecessor exited.
-  if (g_over.exchange(true, std::memory_order_relaxed)) g_percpu.on.store(true, std::memory_order_release);
+  if (!g_over.exchange(true, std::memory_order_relaxed)) return;
+  g_many.store(true, std::memory_order_relaxed);
+  switch_if_held_much();
+}
+
+void percpu_caches_grew() {
+  if (!g_many.load(std::memory_order_relaxed) || !g_armed.load(std::memory_order_acquire) || percpu_on()) return;
+  switch_if_held_much();
 }
 
 void percpu_thread_unbound(uint64_t threads_live) {
   if (!g_armed.load(std::memory_order_acquire) || percpu_on()) return;
-  if (threads_live <= g_switch_threads) g_over.store(false, std::memory_order_relaxed);
+  if (threads_live <= g_switch_threads) {
+    g_over.store(false, std::memory_order_relaxed);
+    g_many.store(false, std::memory_order_relaxed);
+  }
 }
 
 const char* percpu_mode_name() { return percpu_on() ? "per-CPU" : "per-thread"; }

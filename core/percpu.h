@@ -40,7 +40,9 @@
 // atomic count; a thread frees its older blocks into spans its own cache
 // keeps, which a CPU's cache, shared by the threads that run there, does not)
 // and its caches are few; per-CPU once there are more at two binds in a row
-// (percpu_thread_bound), where per-thread caches would multiply with threads.
+// (percpu_thread_bound) and the caches hold more than kPerThreadHeldMax
+// (percpu_caches_grew), where per-thread caches would multiply memory with
+// threads; many threads whose caches hold little stay per-thread.
 // The switch happens once and is never undone: LABs bound before it stay
 // registered with their threads (their exit makes them idle), and each such
 // thread's first per-CPU slow path gives its LAB's spans back. 0: per-thread.
@@ -79,14 +81,31 @@ bool percpu_start();
 constexpr uint32_t kPerCpuMinThreads = 16;
 
 // A thread was just bound to a LAB, making threads_live of them (per-thread
-// mode): with FREEWAY_PERCPU=2, switches to per-CPU mode when they are more
-// than twice the CPUs and kPerCpuMinThreads at this bind and were already at the bind before, with
-// no exit in between that brought them back (percpu_thread_unbound). A thread
+// mode): with FREEWAY_PERCPU=2, the threads are many when they are more than
+// twice the CPUs and kPerCpuMinThreads at this bind and were already at the
+// bind before, with no exit in between that brought them back
+// (percpu_thread_unbound); switches to per-CPU mode if they are many and their
+// caches hold more than kPerThreadHeldMax (then or later: percpu_caches_grew). A thread
 // that starts its successor and then exits (a hand-off: Larson's server, a
 // pool that replaces its workers) makes the count pass the limit at one bind
 // and fall back at the next exit: one thread too many for a moment, which
 // does not multiply caches, and which per-thread caches serve faster.
 void percpu_thread_bound(uint64_t threads_live);
+// A LAB just took a span or budget for a pending chain: switches now if the
+// threads are many (two binds in a row, above) and the caches hold too much
+// (below).
+void percpu_caches_grew();
+// Past the thread limit the switch waits until the LABs hold more than this
+// (lab_held_bytes: their spans and chain budgets). Many threads with small
+// caches (a pool of workers that each use a few size classes) keep the
+// per-thread fast paths, which are the cheaper ones; caches that multiply
+// memory with threads still go per-CPU. 32 MiB is what the span-pool keeps
+// for reuse by default (FREEWAY_RETAIN_MB): as much again may be held for
+// speed by caches. (On 2 CPUs, the most held while the threads were many:
+// bench/mmicro -t 256, 64-byte blocks, 5.6 MiB; larson -t 32, 19 MiB;
+// idle_threads -t 64, 21 classes a thread, 35 MiB at the 18th thread, which
+// switched.)
+constexpr uint64_t kPerThreadHeldMax = uint64_t(32) << 20;
 // A thread's LAB was released at its exit, leaving threads_live bound.
 void percpu_thread_unbound(uint64_t threads_live);
 // The mode's name for reports: "per-CPU" or "per-thread".

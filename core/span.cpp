@@ -13,6 +13,23 @@
 #include "platform/os.h"
 
 namespace fw {
+
+namespace {
+// span_hot_bytes: each transition to HOT adds the span's bytes, each from HOT
+// (span_float, release) takes them off. Signed: a thread stopped for good
+// between a claim and its count leaves the sum short by that span.
+constinit std::atomic<int64_t> g_hot_bytes{0};
+void count_hot(const Span* s, int64_t sign) {
+  g_hot_bytes.fetch_add(sign * int64_t(class_info(s->cls.load(std::memory_order_relaxed)).span_bytes),
+                        std::memory_order_relaxed);
+}
+}  // namespace
+
+uint64_t span_hot_bytes() {
+  int64_t v = g_hot_bytes.load(std::memory_order_relaxed);
+  return v > 0 ? uint64_t(v) : 0;
+}
+
 namespace {
 
 // Blocks carved per refill: as many bytes as the span has carved so far (the
@@ -123,6 +140,7 @@ bool span_make_hot(Span* s, unsigned cls, Lab* lab) {
     if (anchor_cas(s, w, Anchor{0, 0, kHot, a.linked, a.tag + 1})) break;
   }
   s->owner.store(lab, std::memory_order_relaxed);
+  count_hot(s, 1);
   return true;
 }
 
@@ -139,6 +157,7 @@ bool span_claim_reusable(Span* s, unsigned cls, Lab* lab, void** list) {
       }
       if (anchor_cas(s, w, Anchor{0, 0, kHot, false, a.tag + 1})) {
         s->owner.store(lab, std::memory_order_relaxed);
+        count_hot(s, 1);
         *list = block_at(span_blocks(s), a.head);
         return true;
       }
@@ -191,7 +210,10 @@ bool span_float(Span* s, Lab* lab) {
   Anchor a = Anchor::unpack(w);
   if (a.count != 0) return false;
   s->owner.store(nullptr, std::memory_order_relaxed);
-  if (anchor_cas(s, w, Anchor{0, 0, kFull, a.linked, a.tag + 1})) return true;
+  if (anchor_cas(s, w, Anchor{0, 0, kFull, a.linked, a.tag + 1})) {
+    count_hot(s, -1);
+    return true;
+  }
   s->owner.store(lab, std::memory_order_relaxed);
   return false;
 }
@@ -217,6 +239,7 @@ void release(Span* s, void* local, uint32_t m, void* tail) {
     }
     if (anchor_cas(s, w, next)) break;
   }
+  count_hot(s, -1);  // before follow_up, which may give s to the pool
   follow_up(s, after);
 }
 

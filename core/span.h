@@ -176,6 +176,9 @@ uint32_t reuse_threshold(uint32_t capacity);
 // FREE -> HOT: a span just taken from the pool becomes lab's span of class cls.
 // False if its memory could not be committed (the span is then given back).
 bool span_make_hot(Span* s, unsigned cls, Lab* lab);
+// The committed bytes of the spans that are HOT (owned by a LAB, hot or kept),
+// as of the last transitions to and from HOT: what the caches hold in spans.
+uint64_t span_hot_bytes();
 
 // PARTIAL -> HOT for a span just popped from reusable stack cls. On success
 // returns true and sets *list to its free list (may be empty: carve). On false

@@ -161,7 +161,11 @@ TEST_CASE("frees into spans the thread let float wait in pending chains, one per
     const uint32_t limit = pending_limit(64, kPendingChains, lab_current()->pending_budget);
     REQUIRE(mine.size() > limit + 1);
     const PendingChain& ch = lab_current()->pending[pending_slot_in(lab_current(), first)];
+    const uint64_t held0 = lab_held_bytes(), pending0 = lab_current()->pending_bytes;
     for (uint32_t i = 0; i < limit; i++) fw_free(mine[i]);
+    // What the LABs hold (the mode switch's measure, percpu.h) grew by the chain's budget.
+    CHECK(lab_current()->pending_bytes > pending0);
+    CHECK(lab_held_bytes() - held0 == lab_current()->pending_bytes - pending0);
     // The frees wait in the chain, full now: the span has not seen them.
     CHECK(ch.span == first);
     CHECK(pending_count(ch) == limit);

@@ -220,3 +220,27 @@ TEST_CASE("releasing a hot span settles it by its free count") {
     CHECK_FALSE(span_claim_reusable(popped, c, &g_owner, &l));
   }
 }
+
+TEST_CASE("span_hot_bytes adds a span's bytes as it becomes HOT and takes them off as it leaves HOT") {
+  unsigned c = class_of(512);
+  const uint64_t bytes = class_info(c).span_bytes;
+  std::vector<void*> blocks;
+  blocks.reserve(class_info(c).capacity);
+  const uint64_t before = span_hot_bytes();
+  Span* s;
+  blocks = hot_span_all_carved(s, c);  // FREE -> HOT
+  CHECK(span_hot_bytes() == before + bytes);
+  REQUIRE(span_float(s, &g_owner));  // HOT -> FULL
+  CHECK(span_hot_bytes() == before);
+  uint32_t threshold = reuse_threshold(uint32_t(blocks.size()));
+  for (uint32_t i = 0; i < threshold; i++) span_free_remote(s, blocks[i]);  // FULL -> PARTIAL
+  CHECK(span_hot_bytes() == before);
+  REQUIRE(reusable_pop(c) == s);
+  void* list = nullptr;
+  REQUIRE(span_claim_reusable(s, c, &g_owner, &list));  // PARTIAL -> HOT
+  CHECK(span_hot_bytes() == before + bytes);
+  for (uint32_t i = threshold; i < blocks.size(); i++) span_free_remote(s, blocks[i]);
+  span_release(s, list);  // HOT -> FREE
+  CHECK(anchor_of(s).state == kFree);
+  CHECK(span_hot_bytes() == before);
+}

@@ -5,7 +5,10 @@
    CACHE_MODE_HANDOFF=G: the threads hand off G times: each starts a successor
    when its work is done, waits until every thread of the next generation has
    made its first call, and exits, so that at each hand-off main, the old
-   generation and the new one are alive at once (1 + 2 x CACHE_MODE_THREADS). */
+   generation and the new one are alive at once (1 + 2 x CACHE_MODE_THREADS).
+   CACHE_MODE_SIZE=N: every block is N bytes (one size class), instead of
+   8 to 2,007 bytes (about 40 classes): the threads' caches then hold one span
+   each. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -16,6 +19,8 @@
 #include <time.h>
 
 static pthread_barrier_t g_all_bound;  /* CACHE_MODE_THREADS at once: all bind before any works */
+static pthread_barrier_t g_all_done;   /* and all work before any exits (their caches at once) */
+static size_t g_size;                  /* CACHE_MODE_SIZE, 0 if unset */
 
 static void* work(void* arg) {
   unsigned seed = (unsigned)(size_t)arg;
@@ -24,7 +29,7 @@ static void* work(void* arg) {
     seed = seed * 1103515245u + 12345u;
     unsigned k = (seed >> 8) % 256;
     free(keep[k]);
-    size_t n = 8 + (seed >> 16) % 2000;
+    size_t n = g_size != 0 ? g_size : 8 + (seed >> 16) % 2000;
     keep[k] = malloc(n);
     if (keep[k] == NULL) return (void*)1;
     memset(keep[k], (int)k, n);
@@ -34,11 +39,13 @@ static void* work(void* arg) {
 }
 
 /* One of CACHE_MODE_THREADS threads alive at once: its first call binds its
-   cache, then it waits for the others before working. */
+   cache, then it waits for the others before working, and after. */
 static void* at_once(void* arg) {
   free(malloc(16));
   pthread_barrier_wait(&g_all_bound);
-  return work(arg);
+  void* r = work(arg);
+  pthread_barrier_wait(&g_all_done);
+  return r;
 }
 
 static int g_threads, g_generations;
@@ -77,6 +84,9 @@ int main(void) {
   int n = env != NULL ? atoi(env) : 8;
   if (n < 1 || n > 64) n = 8;
   const char* hand = getenv("CACHE_MODE_HANDOFF");
+  const char* size = getenv("CACHE_MODE_SIZE");
+  g_size = size != NULL ? (size_t)atol(size) : 0;
+  if (g_size > 2000) g_size = 0;
   g_threads = n;
   g_generations = hand != NULL ? atoi(hand) + 1 : 1;
   if (g_generations < 1 || g_generations > 256) g_generations = 1;
@@ -93,6 +103,7 @@ int main(void) {
     bad = atomic_load(&g_failed);
   } else {
     pthread_barrier_init(&g_all_bound, NULL, (unsigned)n);
+    pthread_barrier_init(&g_all_done, NULL, (unsigned)n);
     for (int i = 0; i < n; i++) pthread_create(&t[i], NULL, at_once, (void*)(size_t)(i + 1));
     for (int i = 0; i < n; i++) {
       void* r;

@@ -5,7 +5,11 @@
 # (tests/programs/cache_mode.c) reports the mode freeway chose and whether
 # glibc registered rseq. Checked here:
 #   default, 32 threads at once      per-CPU where rseq is registered (more threads than
-#                                    twice the CPUs and than 16, up to 15 CPUs), else per-thread
+#                                    twice the CPUs and than 16, up to 15 CPUs, whose caches
+#                                    hold about 40 classes each: more than 32 MiB), else per-thread
+#   default, 32 threads at once,     per-thread: the threads are as many, but their caches
+#     one size class each            hold one 64 KiB span each, 2 MiB in all
+#                                    (kPerThreadHeldMax, core/percpu.h)
 #   default, 1 thread                per-thread (main and one thread: never more than 16)
 #   default, max(CPUs, 8) threads    per-thread: at each hand-off main, the old and the new
 #     handing off 8 times            threads are one more than the limit, max(2 x CPUs, 16),
@@ -46,6 +50,7 @@ cpus=$(getconf _NPROCESSORS_ONLN)
 limit=$((2 * cpus)); [ $limit -lt 16 ] && limit=16
 if [ "$registered" = registered ] && [ 32 -gt $limit ]; then
   run default,32-threads per-cpu 0 CACHE_MODE_THREADS=32
+  run default,32-threads,one-class per-thread 0 CACHE_MODE_THREADS=32 CACHE_MODE_SIZE=64
   run percpu=1,1-thread per-cpu 0 FREEWAY_PERCPU=1 CACHE_MODE_THREADS=1
 elif [ "$registered" != registered ]; then
   run default,32-threads per-thread 0 CACHE_MODE_THREADS=32
