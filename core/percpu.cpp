@@ -153,7 +153,8 @@ void percpu_thread_bound(uint64_t threads_live) {
 }
 
 void percpu_caches_grew() {
-  if (!g_many.load(std::memory_order_relaxed) || !g_armed.load(std::memory_order_acquire) || percpu_on()) return;
+  // g_many is set only after percpu_thread_bound found g_armed, which stays set.
+  if (!g_many.load(std::memory_order_relaxed) || percpu_on()) return;
   switch_if_held_much();
 }
 
