@@ -19,10 +19,14 @@ namespace {
 // (span_float, release) takes them off. Signed: a thread stopped for good
 // between a claim and its count leaves the sum short by that span.
 constinit std::atomic<int64_t> g_hot_bytes{0};
-void count_hot(const Span* s, int64_t sign) {
-  g_hot_bytes.fetch_add(sign * int64_t(class_info(s->cls.load(std::memory_order_relaxed)).span_bytes),
-                        std::memory_order_relaxed);
+// The bytes a HOT span s counts for, read by its owner while s is HOT, before
+// the CAS that takes it out of HOT: after it, another thread may give s to the
+// pool and use it for another class or a large block (kNoClass, past the class
+// table), and the count would take off what was never added.
+int64_t hot_bytes_of(const Span* s) {
+  return int64_t(class_info(s->cls.load(std::memory_order_relaxed)).span_bytes);
 }
+void count_hot(int64_t bytes) { g_hot_bytes.fetch_add(bytes, std::memory_order_relaxed); }
 }  // namespace
 
 uint64_t span_hot_bytes() {
@@ -140,7 +144,7 @@ bool span_make_hot(Span* s, unsigned cls, Lab* lab) {
     if (anchor_cas(s, w, Anchor{0, 0, kHot, a.linked, a.tag + 1})) break;
   }
   s->owner.store(lab, std::memory_order_relaxed);
-  count_hot(s, 1);
+  count_hot(hot_bytes_of(s));
   return true;
 }
 
@@ -157,7 +161,7 @@ bool span_claim_reusable(Span* s, unsigned cls, Lab* lab, void** list) {
       }
       if (anchor_cas(s, w, Anchor{0, 0, kHot, false, a.tag + 1})) {
         s->owner.store(lab, std::memory_order_relaxed);
-        count_hot(s, 1);
+        count_hot(hot_bytes_of(s));
         *list = block_at(span_blocks(s), a.head);
         return true;
       }
@@ -209,9 +213,10 @@ bool span_float(Span* s, Lab* lab) {
   uint64_t w = s->anchor.load(std::memory_order_acquire);
   Anchor a = Anchor::unpack(w);
   if (a.count != 0) return false;
+  const int64_t bytes = hot_bytes_of(s);
   s->owner.store(nullptr, std::memory_order_relaxed);
   if (anchor_cas(s, w, Anchor{0, 0, kFull, a.linked, a.tag + 1})) {
-    count_hot(s, -1);
+    count_hot(-bytes);
     return true;
   }
   s->owner.store(lab, std::memory_order_relaxed);
@@ -225,6 +230,7 @@ namespace {
 // become FREE (a FREE span's blocks are not listed anywhere).
 void release(Span* s, void* local, uint32_t m, void* tail) {
   uintptr_t base = span_blocks(s);
+  const int64_t bytes = hot_bytes_of(s);
   s->owner.store(nullptr, std::memory_order_relaxed);
   uint64_t w = s->anchor.load(std::memory_order_acquire);
   After after;
@@ -239,7 +245,7 @@ void release(Span* s, void* local, uint32_t m, void* tail) {
     }
     if (anchor_cas(s, w, next)) break;
   }
-  count_hot(s, -1);  // before follow_up, which may give s to the pool
+  count_hot(-bytes);  // before follow_up, which may give s to the pool
   follow_up(s, after);
 }
 
