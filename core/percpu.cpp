@@ -147,22 +147,33 @@ void percpu_thread_bound(uint64_t threads_live) {
   if (threads_live <= g_switch_threads) return;
   // Over the limit at a second bind in a row: the threads are many, not just
   // a successor that started before its predecessor exited.
-  if (!g_over.exchange(true, std::memory_order_relaxed)) return;
-  g_many.store(true, std::memory_order_relaxed);
+  // The flags are seq_cst (binds and exits only): an exit that found the
+  // threads few may clear both between the exchange and the store of g_many,
+  // so the flag is read again after it; in the one order of the four accesses,
+  // a store of g_many after the exit's clears it comes after the exit's clear
+  // of g_over, which the read then sees (or a later bind's set). The store
+  // also publishes to percpu_caches_grew what the acquire of g_armed saw.
+  if (!g_over.exchange(true, std::memory_order_seq_cst)) return;
+  g_many.store(true, std::memory_order_seq_cst);
+  if (!g_over.load(std::memory_order_seq_cst)) {
+    g_many.store(false, std::memory_order_seq_cst);
+    return;
+  }
   switch_if_held_much();
 }
 
 void percpu_caches_grew() {
-  // g_many is set only after percpu_thread_bound found g_armed, which stays set.
-  if (!g_many.load(std::memory_order_relaxed) || percpu_on()) return;
+  // g_many is set only after percpu_thread_bound found g_armed, which stays
+  // set: this load synchronizes with that store, so decide()'s tables are seen.
+  if (!g_many.load(std::memory_order_seq_cst) || percpu_on()) return;
   switch_if_held_much();
 }
 
 void percpu_thread_unbound(uint64_t threads_live) {
   if (!g_armed.load(std::memory_order_acquire) || percpu_on()) return;
   if (threads_live <= g_switch_threads) {
-    g_over.store(false, std::memory_order_relaxed);
-    g_many.store(false, std::memory_order_relaxed);
+    g_over.store(false, std::memory_order_seq_cst);  // before g_many: percpu_thread_bound
+    g_many.store(false, std::memory_order_seq_cst);
   }
 }
 
