@@ -57,8 +57,8 @@
 //   in use; ch.spare is 0 or 1, 1 only in a per-thread LAB, and room >= spare;
 //   pending[i].span is of class c  =>  bit i % 64 of pending_of_class[c] is
 //   set; pending_bytes == the sum over chains of (limit - spare) * block size
-//   <= pending_budget, which is kPendingBudget unless the LAB is a per-thread
-//   one, and from kPendingBudget to kPendingBudgetMax.
+//   <= pending_budget, which is kPendingBudget unless the LAB's chains grow
+//   (grows_chains), and from kPendingBudget to kPendingBudgetMax.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -166,10 +166,11 @@ FW_INLINE unsigned kept_limit(unsigned c) {
 // window a per-thread LAB sets its budget to its share of the heap:
 // committed bytes / (kPendingShare * threads bound to LABs), at least
 // kPendingBudget and at most kPendingBudgetMax; a CPU LAB, committed bytes /
-// (kPendingShare * CPUs). All per-thread LABs' chains then hold at most
-// L * kPendingBudget plus about 1/kPendingShare of the committed bytes, and
-// so do the CPU LABs' (docs/design.md takes it as an extra fraction in the
-// blowup bound). Other LABs keep kPendingBudget.
+// (kPendingShare * the CPUs possible, g_percpu.ncpu: its slots). All
+// per-thread LABs' chains then hold at most L * kPendingBudget plus about
+// 1/kPendingShare of the committed bytes, and so do the CPU LABs'
+// (docs/design.md takes it as an extra fraction in the blowup bound). Other
+// LABs keep kPendingBudget.
 //
 // A push writes head and room, in that order; the holder alone writes them
 // (readers elsewhere take a figure, lab_pending_count). Per-CPU mode's fast
@@ -206,8 +207,8 @@ FW_INLINE uint32_t pending_limit(uint32_t bsize, uint32_t slots, uint32_t budget
   uint32_t bytes = budget / slots;
   return bsize >= bytes ? 1 : bytes / bsize;
 }
-// A per-thread LAB's budget for a heap of `committed` bytes with `threads`
-// threads bound to LABs (above).
+// The budget of a LAB whose chains grow, for a heap of `committed` bytes
+// shared by `threads` threads bound to LABs, or by as many CPU LABs (above).
 FW_INLINE uint32_t pending_share(uint64_t committed, uint64_t threads) {
   uint64_t b = committed / (uint64_t(kPendingShare) * (threads > 0 ? threads : 1));
   return b < kPendingBudget ? kPendingBudget : b > kPendingBudgetMax ? kPendingBudgetMax : uint32_t(b);
@@ -227,7 +228,7 @@ struct Lab {
   uint32_t pending_conflicts;  // of them, by evicting another span's chain with room left
   uint32_t pending_buddies;    // of them, with a chain with room left in the slot they would share with half the slots
   uint32_t pending_bytes;      // sum over chains of pending_bytes_of (below)
-  uint32_t pending_budget;     // bytes its chains may hold (above); kPendingBudget unless a per-thread LAB
+  uint32_t pending_budget;     // bytes its chains may hold (above); kPendingBudget unless its chains grow
   uint64_t pending_of_class[kClassCount];  // bit i % 64: pending[i] may hold blocks of that class
   Span* kept[kClassCount][kKeptSpans];     // kept spans (above), kept_n[c] of them per class
   uint8_t kept_n[kClassCount];
