@@ -10,6 +10,7 @@
 #include "core/size_class.h"
 #include "core/span.h"
 #include "core/span_pool.h"
+#include "misuse_util.h"
 
 using namespace fw;
 
@@ -243,4 +244,26 @@ TEST_CASE("span_hot_bytes adds a span's bytes as it becomes HOT and takes them o
   span_release(s, list);  // HOT -> FREE
   CHECK(anchor_of(s).state == kFree);
   CHECK(span_hot_bytes() == before);
+}
+
+TEST_CASE("a block freed again after its span went back to the pool and was carved anew is reported as a double "
+          "free, not as an interior pointer") {
+  // Past the new carving, the block is on no list and carries no canary test:
+  // span_check_free's block test (past carved) is what catches it.
+  fwtest::misuse::expect_abort("double free of a block of a span carved anew", {"double free"}, [] {
+    const unsigned c = class_of(128);
+    Span* s;
+    auto blocks = hot_span_all_carved(s, c);
+    for (void* p : blocks) span_free_remote(s, p);  // every block freed: the span goes back to the pool
+    span_release(s, nullptr);
+    Span* again = pool_take_span(0);
+    if (again != s || !span_make_hot(again, c, &g_owner) || span_carve(again) == nullptr ||
+        again->carved.load() >= again->capacity.load()) {
+      fwtest::misuse::say("child: setup failed: the span was not taken again and carved in part\n");
+      _exit(99);
+    }
+    void* stale = blocks.back();
+    fwtest::misuse::announce(stale);
+    span_check_free(again, stale);
+  });
 }
