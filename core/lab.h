@@ -187,7 +187,7 @@ struct PendingChain {
   uint16_t unused;
   void* tail;
 };
-static_assert(sizeof(PendingChain) == 32, "a slot is half a cache line");
+static_assert(sizeof(PendingChain) == 32, "a slot is half a cache line (Lab::pending is line-aligned)");
 static_assert(offsetof(PendingChain, room) == offsetof(PendingChain, head) + 8,
               "head and room commit in one 16-byte store (rseq_push_counted)");
 // A chain takes no more blocks than its span holds, and room counts them in 16 bits.
@@ -246,8 +246,10 @@ struct Lab {
   std::atomic<uint32_t> idle_next;  // link in the idle stack
   std::atomic<Lab*> all_next;       // link in the list of every LAB ever made
   // After the fields every LAB uses: one that never grows touches only the
-  // first kPendingChains slots (2 KiB) of these 128 KiB.
-  PendingChain pending[kPendingMax];
+  // first kPendingChains slots (2 KiB) of these 128 KiB. Aligned to a cache
+  // line, so that each slot lies in one (a free's push reads and writes its
+  // span, head and room; per-CPU mode commits head and room in one store).
+  alignas(64) PendingChain pending[kPendingMax];
   // Secure mode only (secure_heap.h), written by the holder alone: blocks its
   // thread freed that are not reusable yet, and the state of the generator
   // that picks their slots. Empty whenever the LAB is idle. Last, so that the
