@@ -102,13 +102,68 @@ uint32_t reuse_threshold(uint32_t capacity) {
   return t == 0 ? 1 : t;
 }
 
+namespace {
+// span_guards and the budget (span.h). The count is exact: every guard placed
+// adds one, every guard taken off takes one. kUnread: the budget is read from
+// the OS at the first guard asked for (no guards outside secure mode).
+constexpr uint64_t kUnread = ~uint64_t(0);
+constinit std::atomic<uint64_t> g_guards{0};
+constinit std::atomic<uint64_t> g_guard_budget{kUnread};
+constinit std::atomic<bool> g_guards_capped_said{false};
+
+uint64_t guard_budget() {
+  uint64_t b = g_guard_budget.load(std::memory_order_relaxed);
+  if (b != kUnread) return b;
+  const uint64_t limit = os::map_count_limit();
+  b = limit == 0 ? 0 : limit / 4 > 0 ? limit / 4 : 1;
+  uint64_t expected = kUnread;  // racing readers read the same figure
+  g_guard_budget.compare_exchange_strong(expected, b, std::memory_order_relaxed);
+  return g_guard_budget.load(std::memory_order_relaxed);
+}
+
+// Takes a place for a guard in the budget; false (said once) when it is spent.
+bool guard_take() {
+  const uint64_t budget = guard_budget();
+  const uint64_t before = g_guards.fetch_add(1, std::memory_order_relaxed);
+  if (budget == 0 || before < budget) return true;
+  g_guards.fetch_sub(1, std::memory_order_relaxed);
+  if (!g_guards_capped_said.exchange(true, std::memory_order_relaxed))
+    Line()
+        .str("freeway: secure mode: ")
+        .dec(budget)
+        .str(" guard pages in place, the most allowed (each takes up to two of the process's ")
+        .dec(os::map_count_limit())
+        .str(" memory mappings): spans and large blocks without one get none from now on"
+             " (raise vm.max_map_count to guard them all)\n")
+        .write(2);
+  return false;
+}
+
+// Makes the page at p a guard if the budget has room and the OS protects it.
+bool guard_place(void* p, size_t ps) {
+  if (!guard_take()) return false;
+  if (os::protect(p, ps, false)) return true;
+  g_guards.fetch_sub(1, std::memory_order_relaxed);  // the OS refused: no guard here
+  return false;
+}
+}  // namespace
+
+uint64_t span_guards() { return g_guards.load(std::memory_order_relaxed); }
+uint64_t span_guard_budget() { return guard_budget(); }
+void span_set_guard_budget(uint64_t budget) { g_guard_budget.store(budget, std::memory_order_relaxed); }
+
 void span_set_guard(Span* s, uint32_t page) {
   uint32_t now = s->guard_page.load(std::memory_order_relaxed);
   if (now == page) return;
   size_t ps = os::page_size();
   uintptr_t base = span_base(s);
-  if (now != 0) os::protect(reinterpret_cast<void*>(base + (now - 1) * ps), ps, true);
-  if (page != 0) os::protect(reinterpret_cast<void*>(base + (page - 1) * ps), ps, false);
+  if (now != 0) {
+    // Making a page accessible again joins the mappings its guard split, so
+    // the OS needs no new one for it.
+    os::protect(reinterpret_cast<void*>(base + (now - 1) * ps), ps, true);
+    g_guards.fetch_sub(1, std::memory_order_relaxed);
+  }
+  if (page != 0 && !guard_place(reinterpret_cast<void*>(base + (page - 1) * ps), ps)) page = 0;
   s->guard_page.store(uint16_t(page), std::memory_order_relaxed);
 }
 

@@ -216,7 +216,28 @@ void span_check_free(const Span* s, const void* p);
 
 // Secure mode: makes the vspan's guard page the one at page index `page` (0 =
 // none), changing protections only where they differ. The caller holds s.
+// A guard is placed only within the guard budget (below) and when the OS
+// protects the page; guard_page records what is in place, so s may end with
+// none where one was asked for.
 void span_set_guard(Span* s, uint32_t page);
+
+// Guard budget. On Linux reserved memory is one read-write mapping, and each
+// guard page splits it: up to two more mappings toward the process's limit
+// (os::map_count_limit, vm.max_map_count: 65530 by default), which the
+// program's own mappings share (thread stacks, dlopen, mapped files). A
+// secure-mode heap of a few GiB would take them all, and the program's mmap
+// and pthread_create would fail. So guards are placed while fewer than a
+// quarter of the limit are in place (half its mappings); past that, a span
+// or large run that has no guard gets none, which one line on stderr says
+// the first time. A span keeps its guard through the pool and its reuse (the
+// place is given back only where the guard moves). No limit (Windows): no
+// budget.
+// Guard pages in place now.
+uint64_t span_guards();
+// The budget: the most guard pages in place at once; 0 = no budget.
+uint64_t span_guard_budget();
+// Sets the budget (tests: a small one to reach; 0 = none).
+void span_set_guard_budget(uint64_t budget);
 
 // Checks the equations above for one span; reports and returns false if broken.
 bool span_is_valid(const Span* s);

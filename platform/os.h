@@ -48,6 +48,11 @@ bool commit(void* p, size_t size);
 bool decommit(void* p, size_t size);
 // Makes [p, p+size) inaccessible (guard pages) or accessible again.
 bool protect(void* p, size_t size, bool accessible);
+// The most memory mappings the OS lets one process have, which an inaccessible
+// page inside an accessible mapping counts against (it splits the mapping:
+// up to two more); 0 when the OS has no such limit or cannot say. Linux:
+// vm.max_map_count (/proc/sys/vm/max_map_count); Windows: 0.
+size_t map_count_limit();
 
 // Small zero-filled mappings for the allocator's own metadata (never freed).
 void* alloc_metadata(size_t size);

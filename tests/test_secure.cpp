@@ -5,6 +5,7 @@
 
 #include <csignal>
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 #include <sys/wait.h>
@@ -13,6 +14,8 @@
 #include "misuse_util.h"
 
 #include "core/arena.h"
+#include "core/span.h"
+#include "platform/os.h"
 #include "core/secure.h"
 #include "core/secure_heap.h"
 #include "freeway.h"
@@ -292,4 +295,50 @@ TEST_CASE("secure: usable size is the size asked for, calloc zeroes it, realloc 
   fw_free(a);
   fw_collect();
   CHECK(fw_check_heap() == 0);
+}
+
+TEST_CASE("secure: guard pages stay within a quarter of the OS's limit on mappings; past it spans go without, "
+          "said once on stderr, and the heap stays sound") {
+  // On Linux each guard page splits a read-write mapping (up to two more
+  // mappings of vm.max_map_count's 65530), and a heap of a few GiB would leave
+  // the program none for its thread stacks. A small budget, set in a child, is
+  // reached with a few spans.
+  const size_t limit = os::map_count_limit();
+  if (limit != 0) CHECK(span_guard_budget() == limit / 4);
+  Outcome o = run_child([] {
+    const uint64_t budget = span_guards() + 4;
+    span_set_guard_budget(budget);
+    std::vector<void*> blocks;
+    std::vector<const Span*> spans;
+    for (int round = 0; round < 2; round++) {  // two rounds past the budget: still one line
+      size_t target = spans.size() + 8;
+      while (spans.size() < target && blocks.size() < 100000) {
+        char* p = static_cast<char*>(fw_malloc(4096 - kSecureTail));
+        if (p == nullptr) _exit(2);
+        std::memset(p, 7, 4096 - kSecureTail);
+        blocks.push_back(p);
+        if (std::find(spans.begin(), spans.end(), span_of(p)) == spans.end()) spans.push_back(span_of(p));
+      }
+    }
+    unsigned guarded = 0, bare = 0;
+    for (const Span* s : spans) (s->guard_page.load() != 0 ? guarded : bare)++;
+    char line[160];
+    std::snprintf(line, sizeof line, "guards=%llu budget=%llu spans guarded=%u bare=%u\n",
+                  (unsigned long long)span_guards(), (unsigned long long)budget, guarded, bare);
+    say(line);
+    if (span_guards() > budget) _exit(3);
+    if (bare == 0 || guarded == 0) _exit(4);
+    for (void* p : blocks) fw_free(p);
+    fw_collect();
+    if (fw_check_heap() != 0) _exit(5);
+    _exit(0);
+  });
+  INFO("child stderr:\n" << o.err);
+  CHECK(o.exit_status == 0);
+  size_t said = 0;
+  for (size_t at = o.err.find("guard pages in place"); at != std::string::npos;
+       at = o.err.find("guard pages in place", at + 1))
+    said++;
+  CHECK(said == 1);
+  CHECK(o.err.find("vm.max_map_count") != std::string::npos);
 }

@@ -159,6 +159,24 @@ bool protect(void* p, size_t size, bool accessible) {
   return mprotect(p, size, accessible ? (PROT_READ | PROT_WRITE) : PROT_NONE) == 0;
 }
 
+size_t map_count_limit() {
+#if defined(__linux__)
+  int saved = errno;
+  size_t limit = 0;
+  int fd = open("/proc/sys/vm/max_map_count", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    char buf[32];
+    ssize_t n = read(fd, buf, sizeof buf);
+    close(fd);
+    for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; i++) limit = limit * 10 + size_t(buf[i] - '0');
+  }
+  errno = saved;
+  return limit;
+#else
+  return 0;
+#endif
+}
+
 void* alloc_metadata(size_t size) {
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   return p == MAP_FAILED ? nullptr : p;

@@ -128,6 +128,9 @@ bool protect(void* p, size_t size, bool accessible) {
   return VirtualProtect(p, size, accessible ? PAGE_READWRITE : PAGE_NOACCESS, &old) != 0;
 }
 
+// VirtualProtect splits an allocation's regions with no per-process count to run out of.
+size_t map_count_limit() { return 0; }
+
 void* alloc_metadata(size_t size) {
   KeepLastError keep;
   return VirtualAlloc(nullptr, size, MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);  // zeroed
