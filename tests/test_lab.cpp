@@ -358,8 +358,9 @@ TEST_CASE("a thread dropping a big heap in random order gets a chain budget that
   if (slots_n == spans_n)
     CHECK(uint64_t(most_held) * 64 > kPendingBudget);
   else
-    std::printf("(the held check is skipped: the heap's %zu spans lie in two regions and have only %zu slots among them)\n", spans_n,
-                slots_n);
+    std::printf("(the held check is skipped: the heap's %zu spans lie in two regions and have only %zu slots "
+                "among them)\n",
+                spans_n, slots_n);
   CHECK_FALSE(over_budget);
   CHECK_FALSE(over_share);
   CHECK(most_budget <= kPendingBudgetMax);
