@@ -264,7 +264,12 @@ extern FW_HIDDEN Lab g_lab_dead;   // the thread's LAB was released at thread ex
 extern FW_HIDDEN Lab g_lab_secure; // secure mode: the thread's LAB is elsewhere, every call takes the slow path
 
 // Span d's pending chain slot is its key masked by the slot count - 1:
-// consecutive descriptors get consecutive slots.
+// consecutive descriptors get consecutive slots. The descriptors are one array
+// of kVspansPerRegion (4,096 = kPendingMax) a region, so at the most slots
+// descriptor i of every region has slot i: spans at the same places of two
+// regions share slots (ThreadSanitizer's layout of a 128 MiB heap; a heap over
+// 1 GiB). A key adding a step per region would end that, for 3.65 more
+// instructions per free on the chain path (docs/benchmarks.md, Stop 31).
 FW_INLINE uintptr_t pending_key(const Span* d) { return reinterpret_cast<uintptr_t>(d) / sizeof(Span); }
 // Its slot in lab, whatever lab's slot count (0 in a placeholder).
 FW_INLINE unsigned pending_slot_in(const Lab* lab, const Span* d) {
