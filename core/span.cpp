@@ -320,9 +320,8 @@ void span_release_counted(Span* s, void* local, uint32_t m) { release(s, local, 
 
 void span_check_free(const Span* s, const void* p) {
   unsigned c = s->cls.load(std::memory_order_relaxed);
-  if (c >= kClassCount)
-    report_misuse("free of a pointer that is not the start of a block (interior or never handed out):", p);
-  const uint32_t k = block_number(p, c, s->offset.load(std::memory_order_relaxed));
+  // A span of no class holds no small block: p starts none of its blocks.
+  const uint32_t k = c < kClassCount ? block_number(p, c, s->offset.load(std::memory_order_relaxed)) : UINT32_MAX;
   if (k >= s->carved.load(std::memory_order_relaxed)) {
     // A block's start past the carved part: never handed out, or a block of
     // an earlier life of the span, freed, whose span went back to the pool
