@@ -32,6 +32,15 @@ std::vector<void*> blocks_shuffled(size_t n, size_t size, uint64_t seed) {
   return v;
 }
 
+// The spans v's blocks lie in, each once, in address order.
+std::vector<Span*> spans_of(const std::vector<void*>& v) {
+  std::vector<Span*> spans;
+  for (void* p : v) spans.push_back(span_of(p));
+  std::sort(spans.begin(), spans.end());
+  spans.erase(std::unique(spans.begin(), spans.end()), spans.end());
+  return spans;
+}
+
 }  // namespace
 
 TEST_CASE("a thread's first call binds a LAB through the EMPTY placeholder") {
@@ -220,10 +229,7 @@ TEST_CASE("a thread freeing in random order into many more floated spans than it
     const uint32_t per_span = class_info(class_of(64)).capacity;
     std::vector<void*> v = blocks_shuffled(size_t(per_span) * 400, 64, 0x9e3779b97f4a7c15ull);
     lab = lab_current();
-    std::vector<Span*> spans;
-    for (void* p : v) spans.push_back(span_of(p));
-    std::sort(spans.begin(), spans.end());
-    spans.erase(std::unique(spans.begin(), spans.end()), spans.end());
+    const std::vector<Span*> spans = spans_of(v);
     for (size_t i = 0; i < v.size(); i++) {
       fw_free(v[i]);
       if (i % 512 == 0) {
@@ -325,11 +331,9 @@ TEST_CASE("a thread dropping a big heap in random order gets a chain budget that
     lab = lab_current();
     // The slots the heap's spans would have at the most slots (pending_key):
     // distinct when the heap lies in one region.
-    std::vector<uintptr_t> spans, slots;
-    for (void* p : v) spans.push_back(reinterpret_cast<uintptr_t>(span_of(p)));
-    std::sort(spans.begin(), spans.end());
-    spans.erase(std::unique(spans.begin(), spans.end()), spans.end());
-    for (uintptr_t d : spans) slots.push_back(pending_key(reinterpret_cast<const Span*>(d)) & (kPendingMax - 1));
+    const std::vector<Span*> spans = spans_of(v);
+    std::vector<uintptr_t> slots;
+    for (const Span* d : spans) slots.push_back(pending_key(d) & (kPendingMax - 1));
     std::sort(slots.begin(), slots.end());
     slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
     spans_n = spans.size();
