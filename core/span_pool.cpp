@@ -357,7 +357,8 @@ Span* fresh(uint32_t n) {
 
 }  // namespace
 
-Span* pool_take_span(uint64_t want) {
+// A single span from the pool's stacks, or nullptr if they hold none.
+static Span* take_pooled_span(uint64_t want) {
   unsigned n = stack_count();
   unsigned home = os::cpu_id() % n;
   // The matching tier first, then clean spans, then the others from the
@@ -370,16 +371,32 @@ Span* pool_take_span(uint64_t want) {
       if (i != kNoIndex) return taken(i, 1);
     }
   }
-  // No single span: split one off a run before reserving fresh address space
-  // (a warm one if pages are wanted).
+  // No single span: split one off a run, the shortest first (a warm one if
+  // pages are wanted), runs longer than kExactRuns included: a freed large
+  // block of more than 16 MiB, or a closed region's leftover, is free address
+  // space like any other.
   for (unsigned k = 0; k < kRunSets; k++) {
     const unsigned w = k == 0 ? first_run_set(want) : 1 - first_run_set(want);
     for (uint32_t m = 2; m <= kExactRuns; m++) {
       uint32_t i = g_exact[w][m].pop();
       if (i != kNoIndex) return split(i, m, 1);
     }
+    for (unsigned level = 0; level < kLogRuns; level++) {
+      uint32_t i = g_log[w][level].pop();
+      if (i != kNoIndex) return split(i, span_at(i)->run_len.load(std::memory_order_relaxed), 1);
+    }
   }
-  return fresh(1);
+  return nullptr;
+}
+
+Span* pool_take_span(uint64_t want) {
+  // What the pool holds before fresh address space; when there is none left
+  // (an address-space limit), merge whatever is free and look again, as
+  // pool_take_run does.
+  if (Span* s = take_pooled_span(want)) return s;
+  if (Span* s = fresh(1)) return s;
+  if (!coalesce(1, true)) return nullptr;
+  return take_pooled_span(want);
 }
 
 // Pops up to five runs off the top of st and keeps the one that scores

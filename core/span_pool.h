@@ -34,7 +34,9 @@
 namespace fw {
 
 // Takes one free virtual span (pooled or fresh) for a use that commits `want`
-// bytes, preferring one with that much committed (its tier). Pages beyond that
+// bytes, preferring one with that much committed (its tier); with no single
+// span pooled it splits one off the shortest pooled run, and with no address
+// space left for fresh ones it merges the pool first. Pages beyond that
 // stay: the caller trims them (span_make_hot to the span size; large_alloc
 // only when the excess is more than the block, so that blocks of alternating
 // sizes reusing a vspan do not trim and fault each time). The caller holds it

@@ -229,6 +229,34 @@ TEST_CASE("at the address-space limit, after every 1 MiB block is freed, 2 MiB a
   CHECK(rc == 0);
 }
 
+TEST_CASE("at the address-space limit, small blocks and one-span large blocks come out of a freed 30 MiB block "
+          "(a free run longer than 64 spans serves single spans)") {
+  // 6 MiB of 1 KiB blocks take 96 spans of 64 KiB (each in a vspan of its
+  // own), 20 MiB of 200 KiB blocks 100 vspans: both fit in the 120 vspans the
+  // freed block leaves, and neither fits in the 2 MiB of headroom.
+  for (size_t n : {size_t(1024), size_t(200) << 10}) {
+    int rc = in_child([n]() -> int {
+      std::vector<void*> v;
+      v.reserve((n == 1024 ? 6 * MiB : 20 * MiB) / n);
+      // A large block of 120 vspans: freed, it is one run in the pool's stacks
+      // for runs longer than 64.
+      char* big = static_cast<char*>(malloc(30 * MiB));
+      EXPECT(2, big != nullptr);
+      std::memset(big, 1, 4096);
+      free(big);
+      EXPECT(3, limit_as(vm_size() + 2 * MiB));
+      int err = exhaust(v, n);
+      std::printf("oom: blocks of %zu bytes under RLIMIT_AS = VmSize + 2 MiB beside a freed 30 MiB block: %zu KiB, %s\n",
+                  n, v.size() * n >> 10, err == 0 ? "all of them" : std::strerror(err));
+      EXPECT(4, err == 0);
+      EXPECT(5, intact(v));
+      for (void* p : v) free(p);
+      return 0;
+    });
+    CHECK(rc == 0);
+  }
+}
+
 TEST_CASE("with RLIMIT_AS lowered just above current use after start, threads allocate until ENOMEM; once they "
           "exit, allocation works again, in the main thread and in new threads") {
   // After glibc's tst-malloc-thread-fail: the limit comes after start, so the
