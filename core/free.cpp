@@ -116,6 +116,8 @@ void free_with(Lab* mine, void* p, Span* d, bool checked) {
     zero_free(p);
   } else if (!arena_owns(p)) {
     free_foreign(p);  // in a region's slot, past its reservation
+  } else if (large_block_start(p, d) != nullptr) {
+    large_free(p, d);  // inside a huge block, past its first vspan: large_free names it
   } else {
     report_misuse("double free (or free of memory not in use):", p);
   }

@@ -152,11 +152,18 @@ void* large_alloc(size_t size, size_t align, bool zero) {
   return reinterpret_cast<void*>(p);
 }
 
-// The head of the large or huge object p points into; nullptr if none.
+// The head of the large or huge object p points into; nullptr if none. A
+// huge object's head is the first descriptor of its region's slice (the only
+// one it marks), so a pointer past its first vspan finds it there: each 1 GiB
+// slot of a huge region maps to that slice (region_publish), and p's
+// descriptor lies in it.
 static Span* head_of(const void* p, const Span* d) {
   Anchor a = Anchor::unpack(d->anchor.load(std::memory_order_acquire));
   if (a.state == kLargeTail) return span_at(d->run_len.load(std::memory_order_relaxed));
   if (a.state == kLarge || a.state == kHuge) return const_cast<Span*>(d);
+  if (a.state != kFree) return nullptr;
+  Span* first = span_at(span_index(d) / kVspansPerRegion * kVspansPerRegion);
+  if (Anchor::unpack(first->anchor.load(std::memory_order_acquire)).state == kHuge) return first;
   return nullptr;
 }
 

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
 #include "core/arena.h"
 #include "core/large.h"
 #include "core/span_pool.h"
@@ -86,6 +87,24 @@ TEST_CASE("a huge block has a region of its own that is unmapped when freed") {
   fw_free(p);
   CHECK_FALSE(fw_owns(p));
   CHECK(arena_reserved_bytes() < reserved);
+  CHECK(arena_is_valid());
+}
+
+TEST_CASE("a pointer anywhere into a huge block leads to its start (fw_block_start), as one into a large block does") {
+  const size_t n = kLargeMax + (3u << 20) + 12345;  // past the first vspan and the first MiB
+  char* p = static_cast<char*>(fw_malloc(n));
+  REQUIRE(p != nullptr);
+  for (size_t off : {size_t(0), size_t(100), size_t(kVspanSize), size_t(1) << 20, n / 2, n - 1}) {
+    CAPTURE(off);
+    CHECK(fw_block_start(p + off) == p);
+  }
+  CHECK(fw_block_start(p + fw_usable_size(p) - 1) == p);
+  // A large block's tails gave their head already; the same holds for it.
+  char* l = static_cast<char*>(fw_malloc(size_t(8) << 20));
+  REQUIRE(l != nullptr);
+  CHECK(fw_block_start(l + (size_t(5) << 20)) == l);
+  fw_free(l);
+  fw_free(p);
   CHECK(arena_is_valid());
 }
 

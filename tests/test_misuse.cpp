@@ -144,6 +144,15 @@ TEST_CASE("misuse: free of a pointer inside a large block (p+4096 of 1 MiB) abor
   });
 }
 
+TEST_CASE("misuse: free of a pointer inside a huge block, past its first vspan (p+2 MiB of 300 MiB), aborts as "
+          "inside a block") {
+  expect_abort("free of p+2 MiB of a 300 MiB block", kInterior, [] {
+    char* p = static_cast<char*>(malloc(size_t(300) << 20));
+    announce(p + (2u << 20));
+    free(launder(p + (2u << 20)));
+  });
+}
+
 TEST_CASE("misuse: free of a stack address aborts with 'did not allocate'") {
   expect_abort("free of a stack address", kForeign, [] {
     char buf[128];
