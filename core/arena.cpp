@@ -69,10 +69,12 @@ uintptr_t zone_pick() {
 }
 
 // Makes the descriptor slice of id r usable: reserved (zone: once per id) and
-// committed.
+// committed. Region 0's slice is the one zone_pick reserved with the table:
+// it is ready whatever its flag says, since a thread that found the table
+// published may get id 0 before the thread that published it sets the flag.
 bool slice_ready(uint32_t r, Span* slice) {
   Region& reg = g_regions[r];
-  if (zone_mode() && reg.slice_ready.load(std::memory_order_relaxed) == 0) {
+  if (zone_mode() && r != 0 && reg.slice_ready.load(std::memory_order_relaxed) == 0) {
     // The id is ours alone until published, so no other thread reserves it.
     if (os::reserve_at(slice, kSliceBytes) != os::Reserve::kDone) return false;
     reg.slice_ready.store(1, std::memory_order_relaxed);
@@ -254,6 +256,7 @@ bool arena_init() {
     // Racing initialisers: one table wins, the others give theirs back.
     if (g_table.compare_exchange_strong(table, mine, std::memory_order_acq_rel, std::memory_order_acquire)) {
       table = mine;
+      // For the record: slice_ready() does not wait for this flag of region 0.
       if (mine & kZoneBit) g_regions[0].slice_ready.store(1, std::memory_order_relaxed);
       g_reserved.fetch_add(reserved, std::memory_order_relaxed);
     } else {
