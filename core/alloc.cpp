@@ -214,9 +214,11 @@ void* fw_realloc_impl(void* p, size_t n) {
       }
     } else if (state == kLarge || state == kLargeTail || state == kHuge) {
       old = large_usable_size(p, d);
-      if (old == 0) report_misuse("realloc of a pointer inside a large block:", p);
+      if (old == 0) report_misuse("realloc of a pointer inside a large block (not its start):", p);
       if (n <= old && n > old / 2) return p;
       if (large_resize_in_place(p, d, n)) return p;
+    } else if (large_block_start(p, d) != nullptr) {  // inside a huge block, past its first vspan
+      report_misuse("realloc of a pointer inside a large block (not its start):", p);
     } else {
       report_misuse("realloc of a freed block (or one freeway did not allocate):", p);
     }

@@ -26,7 +26,8 @@ void* large_alloc(size_t size, size_t align, bool zero);
 // Frees p, whose descriptor d is LARGE, LARGE_TAIL or HUGE; reports misuse
 // (bad or double free) and stops the process otherwise.
 void large_free(void* p, Span* d);
-// Usable bytes of the large or huge object at p (0 if p is not one).
+// Usable bytes of the large or huge object that starts at p (0 if p is not
+// one's start, a pointer inside one included).
 size_t large_usable_size(const void* p, const Span* d);
 // The start of the large or huge object that p points into (nullptr if none).
 void* large_block_start(const void* p, const Span* d);

@@ -99,10 +99,16 @@ TEST_CASE("a pointer anywhere into a huge block leads to its start (fw_block_sta
     CHECK(fw_block_start(p + off) == p);
   }
   CHECK(fw_block_start(p + fw_usable_size(p) - 1) == p);
+  // Only the start has a size (realloc and sized free rely on it).
+  CHECK(fw_usable_size(p + 16) == 0);
+  CHECK(fw_usable_size(p + (size_t(2) << 20)) == 0);
   // A large block's tails gave their head already; the same holds for it.
   char* l = static_cast<char*>(fw_malloc(size_t(8) << 20));
   REQUIRE(l != nullptr);
   CHECK(fw_block_start(l + (size_t(5) << 20)) == l);
+  CHECK(fw_usable_size(l) >= (size_t(8) << 20));
+  CHECK(fw_usable_size(l + 16) == 0);
+  CHECK(fw_usable_size(l + (size_t(5) << 20)) == 0);
   fw_free(l);
   fw_free(p);
   CHECK(arena_is_valid());

@@ -219,6 +219,31 @@ TEST_CASE("misuse: realloc (to a larger size) of a freed block aborts") {
   });
 }
 
+// A pointer inside a large block (128 KiB to 256 MiB) or a huge one, to a size
+// it could keep in place or grow to: realloc must not take it for the block.
+TEST_CASE("misuse: realloc of a pointer inside a large or huge block aborts, whatever the size asked") {
+  struct Case {
+    const char* name;
+    size_t block, offset, size;
+  };
+  const Case cases[] = {
+      {"realloc(p+16, 400000) of a 600000-byte block (keep in place)", 600000, 16, 400000},
+      {"realloc(p+256 KiB, 700000) of a 600000-byte block (grow in place)", 600000, 256u << 10, 700000},
+      {"realloc(p+16, 1 MiB) of a 300 MiB block", size_t(300) << 20, 16, 1u << 20},
+      {"realloc(p+2 MiB, 1 MiB) of a 300 MiB block", size_t(300) << 20, 2u << 20, 1u << 20},
+  };
+  for (const Case& c : cases) {
+    expect_abort(c.name, kInterior, [c] {
+      char* p = static_cast<char*>(malloc(c.block));
+      announce(p + c.offset);
+      void* q = realloc(launder(p + c.offset), c.size);
+      char m[96];
+      std::snprintf(m, sizeof m, "child: realloc of the interior pointer returned %p\n", q);
+      say(m);
+    });
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Sized frees (issue 11): the size must be one the block can have.
 
