@@ -105,12 +105,27 @@ FW_NEW void* operator new(size_t n, const nothrow_t& t) noexcept {
 FW_NEW void* operator new[](size_t n, const nothrow_t& t) noexcept {
   return new_nothrow(n, 0, "_ZnamRKSt9nothrow_t", &t);
 }
-FW_NEW void* operator new(size_t n, align_val_t a) { return new_or_throw(n, size_t(a)); }
-FW_NEW void* operator new[](size_t n, align_val_t a) { return new_or_throw(n, size_t(a)); }
+// An alignment that is not a power of two (0 included) is undefined in the
+// standard; the C++ runtime throws std::bad_alloc at once (nullptr from the
+// nothrow forms), and so do these: no new_handler can make it valid, and
+// calling one until it gives up would loop for ever with a handler that
+// only returns.
+FW_INLINE bool bad_alignment(align_val_t a) { return size_t(a) == 0 || (size_t(a) & (size_t(a) - 1)) != 0; }
+
+FW_NEW void* operator new(size_t n, align_val_t a) {
+  if (bad_alignment(a)) throw_bad_alloc();
+  return new_or_throw(n, size_t(a));
+}
+FW_NEW void* operator new[](size_t n, align_val_t a) {
+  if (bad_alignment(a)) throw_bad_alloc();
+  return new_or_throw(n, size_t(a));
+}
 FW_NEW void* operator new(size_t n, align_val_t a, const nothrow_t& t) noexcept {
+  if (bad_alignment(a)) return nullptr;
   return new_nothrow(n, size_t(a), "_ZnwmSt11align_val_tRKSt9nothrow_t", a, &t);
 }
 FW_NEW void* operator new[](size_t n, align_val_t a, const nothrow_t& t) noexcept {
+  if (bad_alignment(a)) return nullptr;
   return new_nothrow(n, size_t(a), "_ZnamSt11align_val_tRKSt9nothrow_t", a, &t);
 }
 

@@ -467,6 +467,21 @@ TEST_CASE("a new_handler installed with std::set_new_handler is called when oper
   std::set_new_handler(nullptr);
 }
 
+TEST_CASE("aligned operator new with an alignment that is not a power of two throws bad_alloc without calling the "
+          "new_handler (nothrow: nullptr)") {
+  for (size_t a : {size_t(0), size_t(3), size_t(24), size_t(96), (size_t(1) << 20) + 1}) {
+    CAPTURE(a);
+    g_handler_calls = 0;
+    std::set_new_handler(counting_handler);
+    CHECK_THROWS_AS(escape(::operator new(opaque(size_t(16)), std::align_val_t{opaque(a)})), std::bad_alloc);
+    CHECK_THROWS_AS(escape(::operator new[](opaque(size_t(16)), std::align_val_t{opaque(a)})), std::bad_alloc);
+    CHECK(::operator new(opaque(size_t(16)), std::align_val_t{opaque(a)}, std::nothrow) == nullptr);
+    CHECK(::operator new[](opaque(size_t(16)), std::align_val_t{opaque(a)}, std::nothrow) == nullptr);
+    CHECK(g_handler_calls == 0);
+    std::set_new_handler(nullptr);
+  }
+}
+
 TEST_CASE("nothrow operator new calls the new_handler before returning nullptr") {
   g_handler_calls = 0;
   std::set_new_handler(counting_handler);
