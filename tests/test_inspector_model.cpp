@@ -365,6 +365,44 @@ TEST_CASE("an event still being written stops the read until it completes") {
   CHECK(s.events_missed == 0);
 }
 
+TEST_CASE("an event whose slot stays short of complete while later ones complete is passed after a while") {
+  // Event 3's writer froze in its slot (odd seq of this lap), or the writer of
+  // event 3 dropped it because a writer of the lap before had frozen there
+  // (the slot keeps that older seq): either way the read must not stop there
+  // for a whole lap of the ring.
+  for (bool frozen_here : {true, false}) {
+    CAPTURE(frozen_here);
+    TempDir dir;
+    LiveFile f(dir.path, small_heap());
+    std::string err;
+    auto seg = fwi::Segment::attach(uint64_t(getpid()), &err, dir.path);
+    REQUIRE_MESSAGE(seg, err);
+    fwi::Snapshot s;
+    REQUIRE(seg->take(&s, &err));
+    if (frozen_here) {
+      f.write_event(3, FWT_EV_COMMIT, 1, /*complete=*/false);
+    } else {
+      __atomic_store_n(&f.slot(3)->seq, uint64_t(1), __ATOMIC_RELEASE);  // an older lap's writer, frozen
+      __atomic_fetch_add(&f.header()->event_dropped, 1, __ATOMIC_RELAXED);
+    }
+    f.write_event(4, FWT_EV_COMMIT, 2);
+    f.write_event(5, FWT_EV_COMMIT, 3);
+    REQUIRE(seg->take(&s, &err));
+    CHECK(s.events.empty());  // at first, 3 may still be on its way
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    REQUIRE(seg->take(&s, &err));
+    REQUIRE(s.events.size() == 2);
+    CHECK(s.events[0].arg == 2);
+    CHECK(s.events[1].arg == 3);
+    // Counted once: as missed when its writer is in it, as dropped by the writer otherwise.
+    CHECK(s.events_missed + s.events_dropped == 1);
+    f.write_event(6, FWT_EV_COMMIT, 4);
+    REQUIRE(seg->take(&s, &err));
+    REQUIRE(s.events.size() == 1);
+    CHECK(s.events[0].arg == 4);
+  }
+}
+
 TEST_CASE("events overwritten before the reader got to them are counted as missed") {
   TempDir dir;
   SegmentBuilder sb = small_heap();

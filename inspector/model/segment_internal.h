@@ -126,6 +126,10 @@ struct Segment::Impl {
   bool live = false;              // a file of a running process (retries make sense)
   uint64_t next_event = 0;        // the next event sequence number this reader wants
   uint64_t events_missed = 0;     // cumulative
+  // The event the read stopped at while a later one was complete, and since
+  // when (read_events passes it after kStuckSlot).
+  uint64_t stuck_event = UINT64_MAX;
+  std::chrono::steady_clock::time_point stuck_since;
 
   ~Impl() {
     if (os.handle >= 0) os_view_close(os, base, mapped);
@@ -177,6 +181,20 @@ struct Segment::Impl {
     return 1;
   }
 
+  // A writer holds its slot for well under a microsecond; one held this long
+  // is frozen (a signal handler, a debugger) or was given up (above).
+  static constexpr std::chrono::milliseconds kStuckSlot{250};
+
+  // Whether one of the (up to 64) events after n, below en, is complete.
+  bool later_complete(const uint8_t* ring, uint64_t n, uint64_t en) const {
+    const uint64_t cap = header.event_capacity;
+    for (uint64_t m = n + 1; m < en && m <= n + 64; m++) {
+      const uint8_t* slot = ring + (m & (cap - 1)) * uint64_t(layout.events.size);
+      if (load_acquire(slot + offsetof(fwt_event, seq)) == 2 * m + 2) return true;
+    }
+    return false;
+  }
+
   // Reads the events completed since the last call (docs/telemetry.md).
   void read_events(Snapshot* s) {
     s->events.clear();
@@ -192,7 +210,23 @@ struct Segment::Impl {
       const uint8_t* slot = ring + (n & (cap - 1)) * uint64_t(layout.events.size);
       const uint64_t want = 2 * n + 2;
       uint64_t seq = load_acquire(slot + offsetof(fwt_event, seq));
-      if (seq < want) break;  // still being written (or a writer froze in it): next time
+      if (seq < want) {
+        // Still being written: next time. Unless a later event is complete
+        // and this one stays short for kStuckSlot: then its writer froze in
+        // it (2n+1: counted as missed) or never got it, having found an older
+        // lap's writer frozen there (less: the writer counted it as dropped),
+        // and waiting longer would stop the stream until the next lap.
+        if (!later_complete(ring, n, en)) break;
+        const auto now = std::chrono::steady_clock::now();
+        if (stuck_event != n) {
+          stuck_event = n;
+          stuck_since = now;
+          break;
+        }
+        if (now - stuck_since < kStuckSlot) break;
+        if (seq == want - 1) events_missed++;
+        continue;
+      }
       if (seq > want) {
         events_missed++;
         continue;
