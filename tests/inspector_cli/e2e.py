@@ -304,6 +304,19 @@ def case_watch():
     _, out, _ = run("watch", c.pid, "--count", "3", "--hz", "10", expect=0)
     if out.count(f"process {c.pid}") != 3:
         fail(f"watch --count 3 printed {out.count(f'process {c.pid}')} views")
+    # Every view lists the latest events (the child's start made some), not
+    # only the view in which they arrived.
+    views = out.split("recent events:")[1:]
+    def events_listed(v):
+        n = 0
+        for line in v.splitlines()[1:]:  # the rest of the "recent events:" line first
+            if not line.startswith("    "):
+                break
+            n += 1
+        return n
+    listed = [events_listed(v) for v in views]
+    if len(listed) != 3 or min(listed) == 0:
+        fail(f"watch: events listed per view {listed}, expected some in each of 3: {out[-600:]}")
     # watch follows the process to its end and says so.
     p = subprocess.Popen([INSPECT, "watch", str(c.pid), "--hz", "10"], stdout=subprocess.PIPE, text=True)
     time.sleep(0.5)
