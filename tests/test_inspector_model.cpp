@@ -318,6 +318,27 @@ TEST_CASE("a truncated segment file is reported, not read past its end") {
   CHECK(err.find("truncated") != std::string::npos);
 }
 
+TEST_CASE("a segment owned by another user than the process's is refused, and not listed as alive") {
+  if (geteuid() != 0) {
+    MESSAGE("skipped: giving a file to another user needs root");
+    return;
+  }
+  TempDir dir;
+  LiveFile f(dir.path, small_heap());
+  REQUIRE(fchown(f.fd, 65534, 65534) == 0);  // nobody: this process runs as root
+  std::string err;
+  auto seg = fwi::Segment::attach(uint64_t(getpid()), &err, dir.path);
+  CHECK_FALSE(seg);
+  CHECK_MESSAGE(err.find("belongs to user 65534") != std::string::npos, err);
+  bool listed_alive = false;
+  for (const fwi::ProcessEntry& e : fwi::list_processes(false, dir.path))
+    if (e.pid == uint64_t(getpid())) listed_alive = e.alive;
+  CHECK_FALSE(listed_alive);
+  REQUIRE(fchown(f.fd, 0, 0) == 0);
+  seg = fwi::Segment::attach(uint64_t(getpid()), &err, dir.path);
+  CHECK_MESSAGE(seg, err);
+}
+
 }  // TEST_SUITE
 
 // ---------------------------------------------------------------------------

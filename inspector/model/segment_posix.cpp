@@ -106,6 +106,30 @@ bool pid_runs(uint64_t pid) {
 }
 
 // Parses "freeway.<digits>" into pid; false for any other name.
+// Whether a file owned by `owner` may be pid's segment: the process creates it
+// with its own user id, so owner must be one of its real, effective, saved or
+// file-system user ids (/proc/<pid>/status). Another user's file at that name
+// (planted for a process that publishes nothing, or outlived by its pid) is
+// not that process's heap, whatever it says. false also when pid's status
+// cannot be read.
+bool owned_by_process(uint64_t pid, uid_t owner) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%llu/status", static_cast<unsigned long long>(pid));
+  FILE* f = std::fopen(path, "re");
+  if (f == nullptr) return false;
+  char line[256];
+  bool ok = false;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    unsigned long ids[4];
+    if (std::sscanf(line, "Uid: %lu %lu %lu %lu", &ids[0], &ids[1], &ids[2], &ids[3]) == 4) {
+      for (unsigned long id : ids) ok = ok || id == static_cast<unsigned long>(owner);
+      break;
+    }
+  }
+  std::fclose(f);
+  return ok;
+}
+
 bool parse_segment_name(const char* name, uint64_t* pid) {
   static const char kPrefix[] = "freeway.";
   if (std::strncmp(name, kPrefix, sizeof kPrefix - 1) != 0) return false;
@@ -190,7 +214,7 @@ std::vector<ProcessEntry> list_processes(bool prune, const std::string& dir) {
                        h.magic == FWT_MAGIC && h.pid == pid;
     if (have_header) {
       pe.exe = exe_of(h);
-      pe.alive = same_process(pid, h.process_start_ticks);
+      pe.alive = same_process(pid, h.process_start_ticks) && owned_by_process(pid, st.st_uid);
       // Best-effort figures: a copy of the process record bracketed by the
       // sequence word (pread, not a mapping: a truncated file cannot fault).
       Layout L;
@@ -249,6 +273,12 @@ std::unique_ptr<Segment> Segment::attach(uint64_t pid, std::string* err, const s
     close(fd);
     *err = runs ? label + " publishes no telemetry (start it with FREEWAY_TELEMETRY=1)"
                 : label + ": stale segment (the process has exited)";
+    return nullptr;
+  }
+  if (runs && !owned_by_process(pid, st.st_uid)) {
+    close(fd);
+    *err = label + ": " + path + fmt(" belongs to user %lu, not to the process (refused)",
+                                     static_cast<unsigned long>(st.st_uid));
     return nullptr;
   }
   size_t len = size_t(st.st_size);
