@@ -9,6 +9,7 @@
 #   inspector_cli.bad_sources                dead pid, no telemetry, not a pid, wrong version, garbage: exit 2, one line
 #   inspector_cli.stale_pruned               a SIGKILLed child's segment is listed as stale and pruned
 #   inspector_cli.watch                      a bounded watch, and watch following the process to its exit
+#   inspector_cli.exec_without_freeway       a process that exec'd a program without freeway: its segment is stale
 if(TARGET freeway-inspect)
   find_package(Python3 COMPONENTS Interpreter)
   if(NOT Python3_Interpreter_FOUND)
@@ -17,7 +18,7 @@ if(TARGET freeway-inspect)
   add_executable(telemetry_child inspector_cli/telemetry_child.c)
   target_include_directories(telemetry_child PRIVATE ${PROJECT_SOURCE_DIR}/include)
   target_link_libraries(telemetry_child PRIVATE ${CMAKE_DL_LIBS})  # not linked with freeway: it is preloaded
-  foreach(case snapshot_matches_fw_stats check record_replay_diff bad_sources stale_pruned watch)
+  foreach(case snapshot_matches_fw_stats check record_replay_diff bad_sources stale_pruned watch exec_without_freeway)
     add_test(NAME inspector_cli.${case}
       COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/inspector_cli/e2e.py
               $<TARGET_FILE:freeway-inspect> $<TARGET_FILE:telemetry_child> $<TARGET_FILE:freeway> ${case})
@@ -25,5 +26,6 @@ if(TARGET freeway-inspect)
   endforeach()
   # `list` prunes every stale segment in /dev/shm, including the one
   # test_telemetry leaves on purpose (SIGKILL) and then checks for.
-  set_tests_properties(inspector_cli.stale_pruned PROPERTIES RESOURCE_LOCK freeway_stale_segments)
+  set_tests_properties(inspector_cli.stale_pruned inspector_cli.exec_without_freeway
+                       PROPERTIES RESOURCE_LOCK freeway_stale_segments)
 endif()

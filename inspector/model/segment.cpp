@@ -200,12 +200,16 @@ std::unique_ptr<Segment> Segment::adopt(std::unique_ptr<Impl> impl, bool runs, s
     *err = label + ": stale segment (the process has exited)";
     return nullptr;
   }
+  if (!os_view_mapped_by(I.os, I.pid)) {
+    *err = label + ": stale segment (the process no longer maps it: it ran exec without freeway)";
+    return nullptr;
+  }
   return s;
 }
 
 bool Segment::alive() const {
   if (!impl_->live) return true;
-  return same_process(impl_->pid, impl_->start_ticks);
+  return same_process(impl_->pid, impl_->start_ticks) && os_view_mapped_by(impl_->os, impl_->pid);
 }
 
 std::unique_ptr<Segment> Segment::from_bytes(std::vector<uint8_t> bytes, std::string* err) {

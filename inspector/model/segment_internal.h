@@ -106,6 +106,12 @@ void os_view_close(OsView& v, const uint8_t* base, size_t mapped);
 // Whether the segment still holds segment_size bytes (POSIX: a file can be
 // truncated under its mapping; a Windows section cannot shrink).
 bool os_view_intact(const OsView& v, uint64_t segment_size);
+// Whether process pid still maps the segment. POSIX: a process that exec'd a
+// program without freeway keeps its pid and start time but no longer
+// publishes, and its segment stays until it exits (true when pid's mappings
+// cannot be read: no way to tell). Windows: the section lives only while
+// the writer holds it, so always true.
+bool os_view_mapped_by(const OsView& v, uint64_t pid);
 
 }  // namespace fwi::detail
 

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -130,6 +131,31 @@ bool owned_by_process(uint64_t pid, uid_t owner) {
   return ok;
 }
 
+// Whether process pid maps the file st describes: a line of
+// /proc/<pid>/maps with its device and inode. true when the maps cannot be
+// read (another user's process, or a kernel that hides them): no way to tell.
+bool maps_file(uint64_t pid, const struct stat& st) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%llu/maps", static_cast<unsigned long long>(pid));
+  FILE* f = std::fopen(path, "re");
+  if (f == nullptr) return true;
+  char line[512];
+  bool found = false, read_any = false;
+  while (!found && std::fgets(line, sizeof line, f) != nullptr) {
+    read_any = true;
+    unsigned dev_major = 0, dev_minor = 0;
+    unsigned long long inode = 0;
+    if (std::sscanf(line, "%*s %*s %*s %x:%x %llu", &dev_major, &dev_minor, &inode) == 3)
+      found = inode == static_cast<unsigned long long>(st.st_ino) && dev_major == major(st.st_dev) &&
+              dev_minor == minor(st.st_dev);
+    // A line longer than the buffer: skip the rest of it.
+    while (std::strchr(line, '\n') == nullptr && std::fgets(line, sizeof line, f) != nullptr) {
+    }
+  }
+  std::fclose(f);
+  return found || !read_any;
+}
+
 bool parse_segment_name(const char* name, uint64_t* pid) {
   static const char kPrefix[] = "freeway.";
   if (std::strncmp(name, kPrefix, sizeof kPrefix - 1) != 0) return false;
@@ -186,6 +212,11 @@ bool os_view_intact(const OsView& v, uint64_t segment_size) {
   return fstat(int(v.handle), &st) == 0 && uint64_t(st.st_size) >= segment_size;
 }
 
+bool os_view_mapped_by(const OsView& v, uint64_t pid) {
+  struct stat st;
+  return fstat(int(v.handle), &st) != 0 || maps_file(pid, st);
+}
+
 }  // namespace detail
 
 // ---------------------------------------------------------------------------
@@ -214,7 +245,7 @@ std::vector<ProcessEntry> list_processes(bool prune, const std::string& dir) {
                        h.magic == FWT_MAGIC && h.pid == pid;
     if (have_header) {
       pe.exe = exe_of(h);
-      pe.alive = same_process(pid, h.process_start_ticks) && owned_by_process(pid, st.st_uid);
+      pe.alive = same_process(pid, h.process_start_ticks) && owned_by_process(pid, st.st_uid) && maps_file(pid, st);
       // Best-effort figures: a copy of the process record bracketed by the
       // sequence word (pread, not a mapping: a truncated file cannot fault).
       Layout L;

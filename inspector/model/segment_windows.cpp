@@ -81,6 +81,7 @@ void os_view_close(OsView& v, const uint8_t* base, size_t) {
 }
 
 bool os_view_intact(const OsView&, uint64_t) { return true; }
+bool os_view_mapped_by(const OsView&, uint64_t) { return true; }
 
 }  // namespace detail
 

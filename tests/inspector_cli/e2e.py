@@ -298,6 +298,35 @@ def case_stale_pruned():
     print("ok: stale segment listed with --keep-stale, pruned by list")
 
 
+def case_exec_without_freeway():
+    """A process that publishes, then execs a program without freeway, keeps
+    its pid and start time but no longer maps its segment: not alive."""
+    env = dict(os.environ, LD_PRELOAD=LIB, FREEWAY_TELEMETRY="1")
+    p = subprocess.Popen(["env", "-u", "LD_PRELOAD", "sleep", "30"], env=env)
+    try:
+        path = f"/dev/shm/freeway.{p.pid}"
+        for _ in range(200):
+            if os.path.exists(path):
+                break
+            time.sleep(0.01)
+        if not os.path.exists(path):
+            fail(f"{path} did not appear (env publishes before its exec)")
+        for _ in range(200):  # until the exec is done: /proc/PID/exe is sleep
+            if os.path.basename(os.readlink(f"/proc/{p.pid}/exe")) == "sleep":
+                break
+            time.sleep(0.01)
+        one_line_error(["snapshot", p.pid], "no longer maps it")
+        _, out, _ = run("list", "--keep-stale", "--json", expect=0)
+        if any(e["pid"] == p.pid and e["alive"] for e in json.loads(out)):
+            fail(f"list calls the exec'd process's segment alive: {out}")
+        print("ok: after exec without freeway the segment is stale:", p.pid)
+    finally:
+        p.kill()
+        p.wait()
+        if os.path.exists(f"/dev/shm/freeway.{p.pid}"):
+            os.unlink(f"/dev/shm/freeway.{p.pid}")
+
+
 def case_watch():
     c = Child()
     c.settle()
