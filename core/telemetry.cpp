@@ -290,8 +290,13 @@ void say(const char* what, const char* why) {
 
 // At exit: remove the name; the publisher may still run while exit finishes,
 // so the mapping stays. A forked child that inherited this hook does nothing.
+// The state is claimed as telemetry_stop claims it: a stop on another thread
+// at the same time then does nothing (or this does), and neither can take
+// g_segment from under the other.
 void on_exit() {
-  if (g_state.load(std::memory_order_acquire) != kOn || g_owner_pid != os::process_id()) return;
+  if (g_owner_pid != os::process_id()) return;
+  uint32_t state = kOn;
+  if (!g_state.compare_exchange_strong(state, kStopping, std::memory_order_acq_rel, std::memory_order_acquire)) return;
   g_run.store(false, std::memory_order_release);
   shared_word(g_segment->publisher_state).store(2, std::memory_order_release);
   os::shared_unlink(g_name);
