@@ -51,7 +51,8 @@ F proc(HMODULE m, const char* name) {
 void crt_lookup() {
   if (g_crt_count.load(std::memory_order_acquire) != 0 || g_crt_fixed.load(std::memory_order_acquire)) return;
   DWORD saved = GetLastError();
-  HMODULE m = GetModuleHandleW(L"msvcrt.dll");
+  HMODULE m = program_crt();
+  if (m == nullptr) m = GetModuleHandleW(L"msvcrt.dll");
   if (m == nullptr) m = GetModuleHandleW(L"ucrtbase.dll");
   if (m != nullptr) {
     CrtOriginals c{};
@@ -67,6 +68,24 @@ void crt_lookup() {
   SetLastError(saved);
 }
 }  // namespace
+
+HMODULE program_crt() {
+  auto* base = reinterpret_cast<const uint8_t*>(GetModuleHandleW(nullptr));
+  if (base == nullptr) return nullptr;
+  auto* dos = reinterpret_cast<const IMAGE_DOS_HEADER*>(base);
+  auto* nt = reinterpret_cast<const IMAGE_NT_HEADERS*>(base + dos->e_lfanew);
+  const IMAGE_DATA_DIRECTORY& dir = nt->OptionalHeader.DataDirectory[IMAGE_DIRECTORY_ENTRY_IMPORT];
+  if (dir.VirtualAddress == 0) return nullptr;
+  bool msvcrt = false, ucrt = false;
+  for (auto* d = reinterpret_cast<const IMAGE_IMPORT_DESCRIPTOR*>(base + dir.VirtualAddress); d->Name != 0; d++) {
+    const char* name = reinterpret_cast<const char*>(base + d->Name);
+    msvcrt = msvcrt || lstrcmpiA(name, "msvcrt.dll") == 0;
+    ucrt = ucrt || lstrcmpiA(name, "ucrtbase.dll") == 0 || CompareStringA(LOCALE_INVARIANT, NORM_IGNORECASE, name, 15,
+                                                                      "api-ms-win-crt-", 15) == CSTR_EQUAL;
+  }
+  // A program that imports both (rare) is taken for the universal CRT's.
+  return ucrt ? GetModuleHandleW(L"ucrtbase.dll") : msvcrt ? GetModuleHandleW(L"msvcrt.dll") : nullptr;
+}
 
 void crt_use(const CrtOriginals* crts, int n) {
   g_crt_fixed.store(true, std::memory_order_release);
@@ -151,7 +170,11 @@ void* __cdecl _recalloc(void* p, size_t count, size_t size) {
   }
   size_t old = p != nullptr ? fw_usable_size(p) : 0;
   void* q = fw_realloc(p, total);
-  if (q != nullptr && total > old) std::memset(static_cast<char*>(q) + old, 0, total - old);
+  // Every byte past the old block is zeroed, up to the new block's _msize
+  // (its usable size, more than asked): a later _recalloc within it keeps
+  // no stale bytes.
+  size_t now = q != nullptr ? fw_usable_size(q) : 0;
+  if (now > old) std::memset(static_cast<char*>(q) + old, 0, now - old);
   return q;
 }
 
@@ -170,7 +193,7 @@ uint64_t offset_tag(const void* start, const void* q) {
 }
 
 void* offset_alloc(size_t size, size_t alignment, size_t offset) {
-  if (!pow2(alignment) || (size != 0 && offset >= size)) {
+  if (!pow2(alignment) || (offset != 0 && offset >= size)) {  // as the UCRT: offset 0, or inside the block
     errno = EINVAL;
     return nullptr;
   }
@@ -236,13 +259,15 @@ size_t __cdecl _aligned_msize(void* p, size_t alignment, size_t offset) {
 }
 
 void* __cdecl _aligned_offset_realloc(void* p, size_t size, size_t alignment, size_t offset) {
-  if (!pow2(alignment)) {
-    errno = EINVAL;
-    return nullptr;
-  }
+  // In the UCRT's order: NULL allocates (checking the alignment), size 0
+  // frees, whatever the alignment; then the alignment is checked.
   if (p == nullptr) return offset_alloc(size, alignment, offset);
   if (size == 0) {
     _aligned_free(p);
+    return nullptr;
+  }
+  if (!pow2(alignment)) {
+    errno = EINVAL;
     return nullptr;
   }
   bool ours = fw_owns(p) != 0;
@@ -270,7 +295,8 @@ void* __cdecl _aligned_offset_recalloc(void* p, size_t count, size_t size, size_
   }
   size_t old = p != nullptr ? _aligned_msize(p, alignment, offset) : 0;
   void* q = _aligned_offset_realloc(p, total, alignment, offset);
-  if (q != nullptr && total > old) std::memset(static_cast<char*>(q) + old, 0, total - old);
+  size_t now = q != nullptr ? _aligned_msize(q, alignment, offset) : 0;  // as _recalloc
+  if (now > old) std::memset(static_cast<char*>(q) + old, 0, now - old);
   return q;
 }
 

@@ -226,11 +226,12 @@ void take_over(HMODULE self) {
   GetModuleHandleExW(GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | GET_MODULE_HANDLE_EX_FLAG_PIN,
                      reinterpret_cast<LPCWSTR>(&take_over), &pinned);
   (void)self;
-  // errno is the program's CRT's (its _errno is not patched): msvcrt's, or
-  // the universal CRT's when the program has no msvcrt.
-  static const wchar_t* const kErrnoFrom[] = {L"msvcrt.dll", L"ucrtbase.dll"};
-  for (const wchar_t* name : kErrnoFrom)
-    if (HMODULE m = GetModuleHandleW(name)) {
+  // errno is the program's CRT's (its _errno is not patched): the one its
+  // .exe imports (fw::win::program_crt: advapi32 loads msvcrt into
+  // universal-CRT programs too), else msvcrt's, else the universal CRT's.
+  HMODULE errno_from[] = {fw::win::program_crt(), GetModuleHandleW(L"msvcrt.dll"), GetModuleHandleW(L"ucrtbase.dll")};
+  for (HMODULE m : errno_from)
+    if (m != nullptr) {
       auto e = reinterpret_cast<int* (__cdecl*)()>(reinterpret_cast<void*>(GetProcAddress(m, "_errno")));
       if (e != nullptr) {
         fw_crt_errno = e;

@@ -308,6 +308,49 @@ TEST_CASE("CRT names: _msize, _expand, _recalloc") {
   CHECK(errno == EINVAL);
 }
 
+TEST_CASE("CRT names: _recalloc and _aligned_recalloc leave no stale byte up to the new block's _msize") {
+  // Blocks freed dirty, then taken again by _recalloc: a block of 40 bytes
+  // holds 48, and growing it to its _msize must read zeros throughout (the
+  // UCRT zeroes every byte past the old block's _msize).
+  std::vector<void*> dirty;
+  for (int i = 0; i < 512; i++) {
+    void* d = malloc(40);
+    std::memset(d, 0xd1, _msize(d));
+    dirty.push_back(d);
+  }
+  for (void* d : dirty) free(d);
+  int stale = 0, stale_aligned = 0;
+  for (int i = 0; i < 512; i++) {
+    auto* p = static_cast<unsigned char*>(_recalloc(nullptr, 1, 40));
+    REQUIRE(p != nullptr);
+    size_t holds = _msize(p);
+    p = static_cast<unsigned char*>(_recalloc(p, 1, holds));
+    REQUIRE(p != nullptr);
+    for (size_t k = 0; k < holds; k++) stale += p[k] != 0;
+    free(p);
+    auto* q = static_cast<unsigned char*>(_aligned_recalloc(nullptr, 1, 40, 16));
+    REQUIRE(q != nullptr);
+    holds = _aligned_msize(q, 16, 0);
+    q = static_cast<unsigned char*>(_aligned_recalloc(q, 1, holds, 16));
+    REQUIRE(q != nullptr);
+    for (size_t k = 0; k < holds; k++) stale_aligned += q[k] != 0;
+    _aligned_free(q);
+  }
+  CHECK(stale == 0);
+  CHECK(stale_aligned == 0);
+}
+
+TEST_CASE("CRT names: _aligned_ edge cases as the UCRT's align.cpp") {
+  errno = 0;
+  CHECK(_aligned_offset_malloc(0, 16, 8) == nullptr);  // offset not inside an empty block
+  CHECK(errno == EINVAL);
+  void* p = _aligned_malloc(100, 32);
+  REQUIRE(p != nullptr);
+  errno = 0;
+  CHECK(_aligned_realloc(p, 0, 48) == nullptr);  // size 0 frees, whatever the alignment
+  CHECK(errno == 0);
+}
+
 TEST_CASE("CRT names: the _aligned_ family") {
   for (size_t a : {size_t(1), size_t(8), size_t(16), size_t(64), size_t(4096), size_t(1) << 21}) {
     void* p = _aligned_malloc(1000, a);
@@ -727,6 +770,14 @@ TEST_CASE("injection: ucrtbase and a CRT loaded after start (msvcr120) are patch
   CHECK(has(inj.err, "msvcr120.dll malloc: freeway"));
   CHECK(has(inj.err, "msvcr120.dll _strdup: freeway"));
   CHECK(!has(inj.err, "not freeway"));
+}
+
+TEST_CASE("injection: a universal-CRT program with msvcrt.dll loaded too reads ENOMEM and EINVAL in its own errno") {
+  Ran inj = plain_and_injected(L"inject_ucrt_errno.exe");
+  CAPTURE(inj.out);
+  CHECK(has(inj.out, "malloc(SIZE_MAX - 4096): NULL, errno ENOMEM"));
+  CHECK(has(inj.out, "_aligned_malloc(100, 48): NULL, errno EINVAL"));
+  CHECK(has(inj.err, "ucrtbase.dll malloc: freeway"));
 }
 
 TEST_CASE("injection: --pid into a running program; its earlier blocks go back to the CRT") {
