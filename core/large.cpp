@@ -198,8 +198,8 @@ size_t large_usable_size(const void* p, const Span* d) {
   Span* head = head_of(p, d);
   // Only the block's start has a size: realloc and sized free take 0 for a
   // pointer inside the block as the misuse it is.
-  if (head == nullptr || reinterpret_cast<uintptr_t>(p) != span_base(head) + head->offset.load(std::memory_order_relaxed))
-    return 0;
+  if (head == nullptr) return 0;
+  if (reinterpret_cast<uintptr_t>(p) != span_base(head) + head->offset.load(std::memory_order_relaxed)) return 0;
   return size_t(head->large_size.load(std::memory_order_relaxed));
 }
 

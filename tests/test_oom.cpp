@@ -246,7 +246,8 @@ TEST_CASE("at the address-space limit, small blocks and one-span large blocks co
       free(big);
       EXPECT(3, limit_as(vm_size() + 2 * MiB));
       int err = exhaust(v, n);
-      std::printf("oom: blocks of %zu bytes under RLIMIT_AS = VmSize + 2 MiB beside a freed 30 MiB block: %zu KiB, %s\n",
+      std::printf("oom: blocks of %zu bytes under RLIMIT_AS = VmSize + 2 MiB beside a freed 30 MiB block: "
+                  "%zu KiB, %s\n",
                   n, v.size() * n >> 10, err == 0 ? "all of them" : std::strerror(err));
       EXPECT(4, err == 0);
       EXPECT(5, intact(v));

@@ -14,6 +14,7 @@
 #define WIN32_LEAN_AND_MEAN
 #endif
 #include <windows.h>
+#include <psapi.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -83,6 +84,21 @@ WORD pe_machine(const std::wstring& path) {
   return machine;
 }
 
+// Whether process p has loaded a module whose file name (without its
+// directory) is dll's.
+bool has_module(HANDLE p, const std::wstring& dll) {
+  const size_t slash = dll.find_last_of(L"\\/");
+  const std::wstring want = slash == std::wstring::npos ? dll : dll.substr(slash + 1);
+  HMODULE mods[1024];
+  DWORD bytes = 0;
+  if (!K32EnumProcessModules(p, mods, sizeof mods, &bytes)) return false;
+  for (DWORD i = 0; i < bytes / sizeof(HMODULE) && i < 1024; i++) {
+    wchar_t name[MAX_PATH];
+    if (K32GetModuleBaseNameW(p, mods[i], name, MAX_PATH) != 0 && lstrcmpiW(name, want.c_str()) == 0) return true;
+  }
+  return false;
+}
+
 // LoadLibraryW(dll) in process p, by a thread of its own; false with a reason.
 bool load_into(HANDLE p, const std::wstring& dll, std::wstring* why) {
   size_t bytes = (dll.size() + 1) * sizeof(wchar_t);
@@ -107,11 +123,20 @@ bool load_into(HANDLE p, const std::wstring& dll, std::wstring* why) {
     *why = L"LoadLibraryW did not return within 60 s";
     return false;
   }
+  // The thread's exit code is the low 32 bits of LoadLibraryW's HMODULE, 0
+  // for a failure and, rarely, for a module loaded at such an address; or
+  // the process's exit code if it ended meanwhile. So 0 is checked against
+  // the process itself.
   DWORD module = 0;
   GetExitCodeThread(t, &module);
   CloseHandle(t);
   VirtualFreeEx(p, remote, 0, MEM_RELEASE);
-  if (module == 0) {
+  DWORD code = 0;
+  if (WaitForSingleObject(p, 0) == WAIT_OBJECT_0 && GetExitCodeProcess(p, &code)) {
+    *why = L"the program ended (exit code " + std::to_wstring(code) + L") while freeway.dll was being loaded into it";
+    return false;
+  }
+  if (module == 0 && !has_module(p, dll)) {
     *why = L"LoadLibraryW failed in the process (is freeway.dll an x86-64 DLL with its dependencies present?)";
     return false;
   }
@@ -159,7 +184,7 @@ int wmain(int argc, wchar_t** argv) {
   std::wstring why;
   if (pid != 0) {
     HANDLE p = OpenProcess(PROCESS_CREATE_THREAD | PROCESS_QUERY_INFORMATION | PROCESS_VM_OPERATION |
-                               PROCESS_VM_WRITE | PROCESS_VM_READ,
+                               PROCESS_VM_WRITE | PROCESS_VM_READ | SYNCHRONIZE,
                            FALSE, pid);
     if (p == nullptr) {
       if (GetLastError() == ERROR_ACCESS_DENIED) fail(L"access denied to process ", std::to_wstring(pid));
