@@ -11,16 +11,22 @@ namespace {
 
 struct OptionDesc {
   const char* name;
-  int64_t def;
+  int64_t def, least, most;
   const char* doc;
 };
 
 constexpr OptionDesc kOptions[] = {
-#define FW_OPTION_DESC(name, def, doc) {#name, def, doc},
+#define FW_OPTION_DESC(name, def, least, most, doc) {#name, def, least, most, doc},
     FW_OPTIONS(FW_OPTION_DESC)
 #undef FW_OPTION_DESC
 };
 constexpr unsigned kCount = unsigned(Option::count);
+constexpr bool defaults_in_range() {
+  for (const OptionDesc& o : kOptions)
+    if (o.def < o.least || o.def > o.most) return false;
+  return true;
+}
+static_assert(defaults_in_range(), "every option's default lies in its range");
 
 // Values are written once by whichever thread reads the environment first;
 // racing readers compute the same values, so relaxed order is enough.
@@ -52,14 +58,21 @@ void load() {
     for (const char* p = kOptions[i].name; *p && n < sizeof(env) - 1; p++)
       env[n++] = (*p >= 'a' && *p <= 'z') ? char(*p - 32) : *p;
     env[n] = 0;
-    int64_t v = kOptions[i].def;
+    const OptionDesc& o = kOptions[i];
+    int64_t v = o.def;
     if (const char* s = os::getenv(env)) {
-      if (!parse_int(s, &v)) {
+      if (!parse_int(s, &v) || v < o.least || v > o.most) {
+        // At most 64 characters of the value: the line always ends.
+        char shown[68];
+        unsigned k = 0;
+        for (; s[k] != 0 && k < 64; k++) shown[k] = s[k];
+        if (s[k] != 0) shown[k++] = '.', shown[k++] = '.', shown[k++] = '.';
+        shown[k] = 0;
         Line l;
-        l.str("freeway: ignoring ").str(env).str("=").str(s).str(" (not a whole number); using ")
-            .dec(uint64_t(kOptions[i].def)).str("\n");
+        l.str("freeway: ignoring ").str(env).str("=").str(shown).str(" (not a whole number from ").dec(uint64_t(o.least))
+            .str(" to ").dec(uint64_t(o.most)).str("); using ").dec(uint64_t(o.def)).str("\n");
         l.write(2);
-        v = kOptions[i].def;
+        v = o.def;
       }
     }
     g_values[i].store(v, std::memory_order_relaxed);
@@ -85,7 +98,8 @@ void options_print(int fd) {
     int64_t v = g_values[i].load(std::memory_order_relaxed);
     if (v < 0) l.str("-").dec(uint64_t(-v));
     else l.dec(uint64_t(v));
-    l.str("  (default ").dec(uint64_t(kOptions[i].def)).str("): ").str(kOptions[i].doc).str("\n");
+    l.str("  (default ").dec(uint64_t(kOptions[i].def)).str(", ").dec(uint64_t(kOptions[i].least)).str(" to ")
+        .dec(uint64_t(kOptions[i].most)).str("): ").str(kOptions[i].doc).str("\n");
     l.write(fd);
   }
 }

@@ -1,8 +1,10 @@
 // core/options.h: every run-time option of freeway, in one table.
 //
-// Each row: name, default, meaning. The environment variable is FREEWAY_<NAME>
-// (upper case). Options are read once, lazily, with getenv and a hand-written
-// number parser, so reading them never allocates. FREEWAY_VERBOSE=1 prints them
+// Each row: name, default, least and greatest value, meaning. The environment
+// variable is FREEWAY_<NAME> (upper case). Options are read once, lazily, with
+// getenv and a hand-written number parser, so reading them never allocates. A
+// value that is not a whole number in its range is ignored with one line on
+// stderr, and the default is used. FREEWAY_VERBOSE=1 prints them
 // all at start and a statistics summary at exit. docs/tuning.md explains each.
 #pragma once
 #include <cstdint>
@@ -10,19 +12,19 @@
 namespace fw {
 
 #define FW_OPTIONS(X)                                                                           \
-  X(verbose, 0, "1: print the options at start and a statistics summary at exit")               \
-  X(retain_mb, 32, "MiB of freed spans and runs kept committed for reuse (or the most the heap had in use within FREEWAY_DECAY_MS, if more)") \
-  X(decay_ms, 1000, "freed spans and runs kept committed give their pages back after this many ms unused; 0: at once") \
-  X(reuse_percent, 25, "a full span becomes reusable when this percent of its blocks are free (Hoard f)") \
-  X(pool_stacks, 0, "stacks in the span-pool; 0 = one per CPU (at most 64)")                    \
-  X(peak_sample, 64, "sample live bytes for the peak figure every this many span acquisitions") \
-  X(secure, 0, "1: tail canaries, free fill and quarantine (secure_heap.h), encoded free lists, guard pages") \
-  X(telemetry, 0, "1: publish the heap's state for freeway-inspect in /dev/shm/freeway.<pid>")   \
-  X(percpu, 2, "caches per CPU through rseq (Linux x86-64): 0 per-thread, 1 per-CPU (warns if it cannot), 2 per-CPU once threads are more than twice the CPUs and 16 and their caches hold more than 32 MiB") \
-  X(telemetry_hz, 20, "telemetry snapshots per second (1 to 1000)")
+  X(verbose, 0, 0, 1, "1: print the options at start and a statistics summary at exit")       \
+  X(retain_mb, 32, 0, 1 << 20, "MiB of freed spans and runs kept committed for reuse (or the most the heap had in use within FREEWAY_DECAY_MS, if more)") \
+  X(decay_ms, 1000, 0, 0x7fffffff, "freed spans and runs kept committed give their pages back after this many ms unused; 0: at once") \
+  X(reuse_percent, 25, 1, 100, "a full span becomes reusable when this percent of its blocks are free (Hoard f)") \
+  X(pool_stacks, 0, 0, 64, "stacks in the span-pool; 0 = one per CPU (at most 64)")            \
+  X(peak_sample, 64, 0, 1 << 30, "sample live bytes for the peak figure every this many span acquisitions") \
+  X(secure, 0, 0, 1, "1: tail canaries, free fill and quarantine (secure_heap.h), encoded free lists, guard pages") \
+  X(telemetry, 0, 0, 1, "1: publish the heap's state for freeway-inspect in /dev/shm/freeway.<pid>") \
+  X(percpu, 2, 0, 2, "caches per CPU through rseq (Linux x86-64): 0 per-thread, 1 per-CPU (warns if it cannot), 2 per-CPU once threads are more than twice the CPUs and 16 and their caches hold more than 32 MiB") \
+  X(telemetry_hz, 20, 1, 1000, "telemetry snapshots per second")
 
 enum class Option : unsigned {
-#define FW_OPTION_ENUM(name, def, doc) name,
+#define FW_OPTION_ENUM(name, def, least, most, doc) name,
   FW_OPTIONS(FW_OPTION_ENUM)
 #undef FW_OPTION_ENUM
   count

@@ -58,14 +58,8 @@ FW_COLD void say(const char* what) {
 }
 
 void decide() {
-  int64_t want = option(Option::percpu);  // 0 per-thread, 1 per-CPU, 2 per-CPU past twice the CPUs
-  if (want < 0 || want > 2) {
-    Line l;
-    l.str("freeway: ignoring FREEWAY_PERCPU=").str(want < 0 ? "-" : "").dec(uint64_t(want < 0 ? -want : want))
-        .str(" (0, 1 or 2); using 2\n");
-    l.write(2);
-    want = 2;
-  }
+  // 0 per-thread, 1 per-CPU, 2 per-CPU past twice the CPUs (options.h keeps it in 0..2).
+  int64_t want = option(Option::percpu);
   if (want == 0) return;
   const char* why = nullptr;
   ptrdiff_t off = 0;

@@ -6,8 +6,15 @@
 
 namespace fw {
 
+void Line::put(char c) {
+  if (len_ < sizeof(buf_))
+    buf_[len_++] = c;
+  else
+    cut_ = true;
+}
+
 Line& Line::str(const char* s) {
-  while (*s && len_ < sizeof(buf_) - 1) buf_[len_++] = *s++;
+  while (*s) put(*s++);
   return *this;
 }
 
@@ -18,7 +25,7 @@ Line& Line::dec(uint64_t v) {
     tmp[n++] = char('0' + v % 10);
     v /= 10;
   } while (v);
-  while (n > 0 && len_ < sizeof(buf_) - 1) buf_[len_++] = tmp[--n];
+  while (n > 0) put(tmp[--n]);
   return *this;
 }
 
@@ -30,11 +37,17 @@ Line& Line::hex(uint64_t v) {
     tmp[n++] = "0123456789abcdef"[v & 15];
     v >>= 4;
   } while (v);
-  while (n > 0 && len_ < sizeof(buf_) - 1) buf_[len_++] = tmp[--n];
+  while (n > 0) put(tmp[--n]);
   return *this;
 }
 
-void Line::write(int fd) const { os::write_fd(fd, buf_, len_); }
+void Line::write(int fd) const {
+  if (!cut_) return os::write_fd(fd, buf_, len_);
+  char out[sizeof(buf_)];
+  for (size_t i = 0; i < sizeof(buf_) - 4; i++) out[i] = buf_[i];
+  out[sizeof(buf_) - 4] = '.', out[sizeof(buf_) - 3] = '.', out[sizeof(buf_) - 2] = '.', out[sizeof(buf_) - 1] = '\n';
+  os::write_fd(fd, out, sizeof(out));
+}
 
 void report_misuse(const char* what, const void* p) {
   Line l;

@@ -9,6 +9,8 @@
 namespace fw {
 
 // A small fixed buffer that formats text, decimal and hex without allocating.
+// Text past its 512 bytes is dropped, and then the line written ends "...\n":
+// a line always ends, however long what it was given.
 class Line {
  public:
   Line& str(const char* s);
@@ -20,8 +22,10 @@ class Line {
   void write(int fd) const;
 
  private:
+  void put(char c);
   char buf_[512];
   size_t len_ = 0;
+  bool cut_ = false;  // something did not fit
 };
 
 // Heap misuse detected (bad free, double free...): prints

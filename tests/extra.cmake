@@ -5,6 +5,8 @@
 #   first_call.<mode>   tests/programs/first_call.c built per mode and run with
 #                       and without LD_PRELOAD=libfreeway.so (first allocator
 #                       call in .preinit_array, a constructor, dlsym, a thread...)
+#   options.environment FREEWAY_<NAME> values out of range, very long, and read
+#                       for a first malloc in .preinit_array (tests/scripts/options.sh)
 #   preload.python      python3 (PYTHONMALLOC=malloc) on an object-heavy script
 #   preload.gxx         g++ -O2 -c of a real C++ file; same nm list and bytes
 #   preload.sort        sort of 2 million generated lines, three ways
@@ -40,6 +42,12 @@ foreach(mode IN LISTS FW_FIRST_CALL_MODES)
             ${FW_TEST_PROGRAMS}/first_call_expected/${mode}.txt)
   set_tests_properties(first_call.${mode} PROPERTIES TIMEOUT 60 ENVIRONMENT "TMPDIR=${FW_TEST_TMP}")
 endforeach()
+
+# Options from outside: out-of-range and long values, and a first malloc in
+# .preinit_array, before the C library has set `environ` (first_call's preinit build).
+add_test(NAME options.environment
+  COMMAND sh ${FW_TEST_SCRIPTS}/options.sh $<TARGET_FILE:freeway> $<TARGET_FILE:fw_first_call_preinit>)
+set_tests_properties(options.environment PROPERTIES TIMEOUT 60)
 
 # --- Real programs under LD_PRELOAD ------------------------------------------
 add_test(NAME preload.python

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
@@ -328,7 +329,47 @@ void write_fd(int fd, const char* s, size_t n) {
 
 [[noreturn]] void abort_process() { std::abort(); }
 
-const char* getenv(const char* name) { return ::getenv(name); }
+namespace {
+// The environment as the kernel gave it (/proc/self/environ), for a lookup
+// before the C library has set `environ`: a first malloc from a program's
+// .preinit_array runs before libc's own initialisation, where getenv finds
+// nothing, and options read then would keep their defaults for good (a
+// FREEWAY_SECURE=1 program would run unsecured). Read once, by the only
+// thread there is then; entries past kEnvBytes are not seen.
+constexpr size_t kEnvBytes = 32768;
+char g_env[kEnvBytes];
+size_t g_env_len = 0;
+bool g_env_read = false;
+
+const char* getenv_from_kernel(const char* name) {
+  if (!g_env_read) {
+    g_env_read = true;
+    int fd = ::open("/proc/self/environ", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      for (;;) {
+        ssize_t r = ::read(fd, g_env + g_env_len, kEnvBytes - g_env_len);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        g_env_len += size_t(r);
+        if (g_env_len == kEnvBytes) break;
+      }
+      ::close(fd);
+    }
+  }
+  const size_t n = strlen(name);
+  for (size_t at = 0; at < g_env_len;) {
+    const char* e = g_env + at;
+    const size_t left = g_env_len - at;
+    const char* end = static_cast<const char*>(memchr(e, 0, left));
+    if (end == nullptr) break;  // cut off by kEnvBytes
+    if (size_t(end - e) > n && memcmp(e, name, n) == 0 && e[n] == '=') return e + n + 1;
+    at += size_t(end - e) + 1;
+  }
+  return nullptr;
+}
+}  // namespace
+
+const char* getenv(const char* name) { return environ != nullptr ? ::getenv(name) : getenv_from_kernel(name); }
 
 void set_errno_nomem() { errno = ENOMEM; }
 void set_errno_inval() { errno = EINVAL; }
