@@ -149,13 +149,14 @@ void give_leftover(uint32_t index, uint32_t len) {
 // tier first_tier up; of runs, only warm ones if first_tier > 0), counts it as taken, and chains the heads through
 // pool_next (they are the caller's alone until pushed again; other threads may
 // pop and push meanwhile). Returns the chain's head.
-uint32_t take_all(unsigned first_tier = 0) {
+uint32_t take_all(unsigned first_tier = 0, std::atomic<uint32_t>* publish = nullptr) {
   uint32_t chain = kNoIndex;
   auto grab = [&](SpanStack& st) {
     for (uint32_t i = st.pop(); i != kNoIndex; i = st.pop()) {
       taken(i, span_at(i)->run_len.load(std::memory_order_relaxed));
       span_at(i)->pool_next.store(chain, std::memory_order_relaxed);
       chain = i;
+      if (publish != nullptr) publish->store(chain, std::memory_order_relaxed);
     }
   };
   for (unsigned t = first_tier; t < kTiers; t++)
@@ -292,13 +293,20 @@ uint64_t retain_bound(uint64_t now) {
 
 // One purge pass at a time (a pass that finds another running gives up).
 std::atomic<bool> g_purging{false};
+// The pass's spans not yet pushed back, as a chain through pool_next (take_all
+// publishes each as it takes it; the second loop moves past a span before
+// pushing it). A fork's child, where the pass's thread does not exist, pushes
+// them back and clears g_purging (pool_after_fork_child); otherwise it would
+// lose every warm span the pass held and never purge again. At most the one
+// span being moved is lost, as with a thread killed there.
+std::atomic<uint32_t> g_purge_rest{kNoIndex};
 
 // Gives back the pages of every pooled span and run that came in with them
 // `delay` ms or more before `now`, and then, oldest first, of as many more as
 // it takes to give back `need` bytes in all. Pops what may hold pages (not
 // tier 0) and pushes it back. The caller holds g_purging.
 void purge(uint64_t now, uint64_t delay, uint64_t need) {
-  uint32_t chain = take_all(1);  // tier 0 holds no pages
+  uint32_t chain = take_all(1, &g_purge_rest);  // tier 0 holds no pages
   // Ages by power of two (ms): bucket b holds ages in [2^(b-1), 2^b).
   constexpr unsigned kBuckets = 33;
   uint64_t in_bucket[kBuckets] = {};
@@ -323,6 +331,7 @@ void purge(uint64_t now, uint64_t delay, uint64_t need) {
   while (chain != kNoIndex) {
     Span* s = span_at(chain);
     chain = s->pool_next.load(std::memory_order_relaxed);
+    g_purge_rest.store(chain, std::memory_order_relaxed);  // before s goes back: never pushed twice
     if (need > 0 && s->committed.load(std::memory_order_relaxed) != 0 && bucket(pool_age_ms(s, now)) >= cut)
       give_back(s);
     push_free(s, s->run_len.load(std::memory_order_relaxed));
@@ -541,6 +550,17 @@ void span_set_use(Span* s, unsigned cls) {
 void span_forget_committed(Span* s) {
   uint64_t c = s->committed.exchange(0, std::memory_order_relaxed);
   count_committed(-int64_t(c));
+}
+
+void pool_after_fork_child() {
+  if (!g_purging.load(std::memory_order_relaxed)) return;
+  for (uint32_t i = g_purge_rest.load(std::memory_order_relaxed); i != kNoIndex;) {
+    Span* s = span_at(i);
+    i = s->pool_next.load(std::memory_order_relaxed);  // push_free overwrites it
+    push_free(s, s->run_len.load(std::memory_order_relaxed));
+  }
+  g_purge_rest.store(kNoIndex, std::memory_order_relaxed);
+  g_purging.store(false, std::memory_order_relaxed);
 }
 
 void pool_collect() {

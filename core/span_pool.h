@@ -66,6 +66,11 @@ void span_forget_committed(Span* s);
 
 // Decommits every retained span and run now (fw_collect).
 void pool_collect();
+// In a fork's child (one thread, pthread_atfork, registered at load by the
+// shim): gives back what a purge pass of the parent held when it forked
+// (span_pool.cpp, g_purge_rest). A merge (coalesce) or fw_collect running in
+// another thread at the fork still strands what it held, in the child only.
+void pool_after_fork_child();
 
 uint64_t pool_retained_bytes();
 uint64_t committed_bytes();

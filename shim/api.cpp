@@ -107,6 +107,7 @@ namespace {
 // FREEWAY_TELEMETRY=1: publishing starts at load.
 __attribute__((constructor)) void freeway_load() {
   if (fw::option(fw::Option::verbose) > 0) fw::options_print(2);
+  fw::os::at_fork_child(&fw::pool_after_fork_child);
   fw::telemetry_start_from_options();
 }
 __attribute__((destructor)) void freeway_unload() {
