@@ -32,7 +32,8 @@ deps-bench: ; @tools/ensure-packages $(PKGS_BENCH)
 deps-san:   ; @tools/ensure-packages $(PKGS_SAN)
 deps-win:   ; @tools/ensure-packages $(PKGS_WIN)
 
-$(BUILD)/CMakeCache.txt:
+# Order-only: under make -j the configure must not run before the packages it finds are in.
+$(BUILD)/CMakeCache.txt: | deps-build
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
 
 build: deps-build $(BUILD)/CMakeCache.txt
@@ -46,7 +47,8 @@ test: deps-test
 # The demo workload with telemetry on, watched by freeway-inspect: the GUI
 # with a display, `freeway-inspect watch` in this terminal without one
 # (tools/demo; DEMO_SECONDS sets the length of one pass, default 60).
-demo: deps-demo build
+demo: deps-demo
+	$(MAKE) build
 	tools/demo $(BUILD)
 
 install: build

@@ -726,9 +726,10 @@ int cmd_diff(int argc, char** argv) {
               fb.time_s);
   std::printf("%-12s %12s %12s %14s\n", "", "A", "B", "B - A");
   auto row_bytes = [&](const char* name, uint64_t x, uint64_t y) {
-    int64_t d = sd(x, y);
-    std::string delta(1, d < 0 ? '-' : '+');
-    delta += format_bytes(uint64_t(d < 0 ? -d : d));
+    // In unsigned arithmetic: a difference of more than 2^63 bytes (only a
+    // hostile recording has one) keeps its sign.
+    std::string delta(1, y < x ? '-' : '+');
+    delta += format_bytes(y < x ? x - y : y - x);
     std::printf("%-12s %12s %12s %14s\n", name, format_bytes(x).c_str(), format_bytes(y).c_str(), delta.c_str());
   };
   row_bytes("live", fa.live, fb.live);

@@ -23,6 +23,7 @@
 #include "inspector/model/segment.h"
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <cstdarg>
 #include <cstdio>
@@ -185,7 +186,13 @@ std::unique_ptr<Segment> Segment::adopt(std::unique_ptr<Impl> impl, bool runs, s
   Impl& I = *s->impl_;
   I.live = true;
   const std::string& label = I.label;
-  // A stopped publisher zeroes the magic: say so before calling it corrupt.
+  // A publisher that is starting has made the file but not written its
+  // header yet (publisher_state 0); give it a second. A stopped publisher
+  // zeroes the magic (publisher_state 2): say so before calling it corrupt.
+  for (int i = 0; i < 100 && runs && load_acquire(I.base + offsetof(fwt_header, magic)) == 0 &&
+                  load_acquire(I.base + offsetof(fwt_header, publisher_state)) == 0;
+       i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   if (load_acquire(I.base + offsetof(fwt_header, magic)) == 0) {
     *err = runs ? label + " publishes no telemetry (start it with FREEWAY_TELEMETRY=1)"
                 : label + ": stale segment (the process has exited)";
