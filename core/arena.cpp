@@ -104,7 +104,7 @@ void slice_init(uint32_t r, uint32_t from, uint32_t to) {
     slice[i].anchor.store(Anchor{0, 0, kFree, false, uint32_t(tag)}.pack(), std::memory_order_relaxed);
     slice[i].owner.store(nullptr, std::memory_order_relaxed);
     slice[i].committed.store(0, std::memory_order_relaxed);
-    slice[i].cls.store(uint16_t(kNoClass), std::memory_order_relaxed);  // its window is its base
+    slice[i].cls.store(uint16_t(kNoClass), std::memory_order_release);  // its window is its base
     slice[i].run_len.store(0, std::memory_order_relaxed);
   }
   if (to > g_regions[r].inited.load(std::memory_order_relaxed)) g_regions[r].inited.store(to, std::memory_order_relaxed);

@@ -208,7 +208,17 @@ bool span_claim_reusable(Span* s, unsigned cls, Lab* lab, void** list) {
   for (;;) {
     Anchor a = Anchor::unpack(w);
     if (a.state == kPartial) {
-      unsigned now = s->cls.load(std::memory_order_relaxed);
+      // The class is read as of w: a span whose class changes goes through
+      // FREE (a new tag) before its class is stored (release), so an anchor
+      // still equal to w after the acquire load means `now` is this PARTIAL
+      // span's. Read unchecked, it could be the next use's: kNoClass for a
+      // large block, and a push onto the stack past the last class.
+      unsigned now = s->cls.load(std::memory_order_acquire);
+      const uint64_t again = s->anchor.load(std::memory_order_relaxed);
+      if (again != w) {
+        w = again;
+        continue;
+      }
       if (now != cls) {
         // Recycled into another class while linked here: move it (linked stays set).
         reusable_push(s, now);

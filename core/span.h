@@ -103,6 +103,10 @@ struct alignas(64) Span {
   std::atomic<Lab*> owner;
   std::atomic<uint32_t> pool_next;
   std::atomic<uint32_t> reuse_next;
+  // Changed only while the span is FREE, with a release store, after the
+  // anchor went FREE (a new tag): a reader holding an older anchor word that
+  // loads cls with acquire and finds the anchor unchanged has the class that
+  // word's span had (span_claim_reusable).
   std::atomic<uint16_t> cls;
   std::atomic<uint16_t> guard_page;  // page index + 1 of this vspan's guard page (secure mode); 0 = none
   std::atomic<uint32_t> block_size;

@@ -121,7 +121,7 @@ Span* split(uint32_t index, uint32_t m, uint32_t n) {
   Span* head = taken(index, m);
   if (m > n) {
     Span* rest = span_at(index + n);
-    rest->cls.store(uint16_t(kNoClass), std::memory_order_relaxed);  // its pages are a prefix
+    rest->cls.store(uint16_t(kNoClass), std::memory_order_release);  // its pages are a prefix
     rest->block_size.store(head->block_size.load(std::memory_order_relaxed), std::memory_order_relaxed);  // pool_stamp
     uint64_t c = head->committed.load(std::memory_order_relaxed);
     uint64_t kept = uint64_t(n) << kVspanShift;
@@ -202,7 +202,7 @@ bool coalesce(uint32_t n, bool force) {
     for (uint32_t k = 0; k < len && len > 1; k++) {  // a single span keeps its pages (and its colour)
       Span* piece = span_at(first + k);
       if (span_window(piece) != 0) decommit_span(piece);  // pages at a colour are no prefix
-      piece->cls.store(uint16_t(kNoClass), std::memory_order_relaxed);
+      piece->cls.store(uint16_t(kNoClass), std::memory_order_release);
       uint64_t c = piece->committed.load(std::memory_order_relaxed);
       const uint64_t at = uint64_t(k) << kVspanShift;
       if (c != 0 && k > 0 && prefix < at && !force) {
@@ -544,7 +544,7 @@ bool span_commit(Span* s, uint64_t bytes) {
 
 void span_set_use(Span* s, unsigned cls) {
   if (span_colour(s, cls) != span_window(s)) decommit_span(s);
-  s->cls.store(uint16_t(cls), std::memory_order_relaxed);
+  s->cls.store(uint16_t(cls), std::memory_order_release);
 }
 
 void span_forget_committed(Span* s) {
