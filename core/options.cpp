@@ -69,8 +69,9 @@ void load() {
         if (s[k] != 0) shown[k++] = '.', shown[k++] = '.', shown[k++] = '.';
         shown[k] = 0;
         Line l;
-        l.str("freeway: ignoring ").str(env).str("=").str(shown).str(" (not a whole number from ").dec(uint64_t(o.least))
-            .str(" to ").dec(uint64_t(o.most)).str("); using ").dec(uint64_t(o.def)).str("\n");
+        l.str("freeway: ignoring ").str(env).str("=").str(shown);
+        l.str(" (not a whole number from ").dec(uint64_t(o.least)).str(" to ").dec(uint64_t(o.most));
+        l.str("); using ").dec(uint64_t(o.def)).str("\n");
         l.write(2);
         v = o.def;
       }
