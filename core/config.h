@@ -39,6 +39,8 @@ namespace fw {
 
 // v rounded up to a multiple of a (a power of two).
 constexpr uintptr_t round_up(uintptr_t v, uintptr_t a) { return (v + a - 1) & ~(a - 1); }
+// Whether a is a power of two (0 is not): the alignments the entry points accept.
+constexpr bool is_pow2(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
 
 // Virtual spans (scalloc §3.2): the arena is cut into aligned virtual spans of
 // kVspanSize; a span's real size (what it commits) is at most that. Masking a

@@ -17,7 +17,6 @@ int check_heap();
 }
 
 namespace {
-bool pow2(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
 size_t page() { return fw::os::page_size(); }
 }  // namespace
 
@@ -59,7 +58,7 @@ FW_API void* fw_reallocarray(void* p, size_t count, size_t size) {
 }
 
 FW_API void* fw_malloc_aligned(size_t alignment, size_t size) {
-  if (!pow2(alignment)) {
+  if (!fw::is_pow2(alignment)) {
     errno = EINVAL;
     return nullptr;
   }
@@ -67,7 +66,7 @@ FW_API void* fw_malloc_aligned(size_t alignment, size_t size) {
 }
 
 FW_API int fw_posix_memalign(void** out, size_t alignment, size_t size) {
-  if (!pow2(alignment) || alignment < sizeof(void*)) return EINVAL;
+  if (!fw::is_pow2(alignment) || alignment < sizeof(void*)) return EINVAL;
   void* p = fw::fw_alloc_aligned(alignment, size);
   if (p == nullptr) return ENOMEM;
   *out = p;

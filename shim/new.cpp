@@ -110,7 +110,7 @@ FW_NEW void* operator new[](size_t n, const nothrow_t& t) noexcept {
 // nothrow forms), and so do these: no new_handler can make it valid, and
 // calling one until it gives up would loop for ever with a handler that
 // only returns.
-FW_INLINE bool bad_alignment(align_val_t a) { return size_t(a) == 0 || (size_t(a) & (size_t(a) - 1)) != 0; }
+FW_INLINE bool bad_alignment(align_val_t a) { return !fw::is_pow2(size_t(a)); }
 
 FW_NEW void* operator new(size_t n, align_val_t a) {
   if (bad_alignment(a)) throw_bad_alloc();

@@ -127,8 +127,6 @@ __attribute__((constructor(101))) void register_crt_heap() {
   fw::foreign_register(&kCrtHeap);
 }
 
-bool pow2(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
-
 }  // namespace
 
 extern "C" {
@@ -193,7 +191,7 @@ uint64_t offset_tag(const void* start, const void* q) {
 }
 
 void* offset_alloc(size_t size, size_t alignment, size_t offset) {
-  if (!pow2(alignment) || (offset != 0 && offset >= size)) {  // as the UCRT: offset 0, or inside the block
+  if (!fw::is_pow2(alignment) || (offset != 0 && offset >= size)) {  // as the UCRT: offset 0, or inside the block
     errno = EINVAL;
     return nullptr;
   }
@@ -247,7 +245,7 @@ void __cdecl _aligned_free(void* p) {
 }
 
 size_t __cdecl _aligned_msize(void* p, size_t alignment, size_t offset) {
-  if (p == nullptr || !pow2(alignment)) {
+  if (p == nullptr || !fw::is_pow2(alignment)) {
     errno = EINVAL;
     return size_t(-1);
   }
@@ -266,7 +264,7 @@ void* __cdecl _aligned_offset_realloc(void* p, size_t size, size_t alignment, si
     _aligned_free(p);
     return nullptr;
   }
-  if (!pow2(alignment)) {
+  if (!fw::is_pow2(alignment)) {
     errno = EINVAL;
     return nullptr;
   }
