@@ -48,6 +48,32 @@ int map_flags() {
 std::atomic<unsigned> g_exit_key{0};  // pthread key + 1; 0 = not created yet
 std::atomic<void (*)(void*)> g_exit_fn{nullptr};
 
+// Reads up to size-1 bytes of a small /proc file into buf; bytes read (0 on failure).
+size_t read_small_file(const char* path, char* buf, size_t size) {
+  int saved = errno;
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  size_t got = 0;
+  if (fd >= 0) {
+    while (got + 1 < size) {
+      ssize_t r = ::read(fd, buf + got, size - 1 - got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      got += size_t(r);
+    }
+    ::close(fd);
+  }
+  buf[got] = 0;
+  errno = saved;
+  return got;
+}
+
+// The decimal number at s (0 if none).
+uint64_t decimal_at(const char* s) {
+  uint64_t v = 0;
+  for (; *s >= '0' && *s <= '9'; s++) v = v * 10 + uint64_t(*s - '0');
+  return v;
+}
+
 }  // namespace
 
 const Features& features() { return kFeatures; }
@@ -162,17 +188,9 @@ bool protect(void* p, size_t size, bool accessible) {
 
 size_t map_count_limit() {
 #if defined(__linux__)
-  int saved = errno;
-  size_t limit = 0;
-  int fd = open("/proc/sys/vm/max_map_count", O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    char buf[32];
-    ssize_t n = read(fd, buf, sizeof buf);
-    close(fd);
-    for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; i++) limit = limit * 10 + size_t(buf[i] - '0');
-  }
-  errno = saved;
-  return limit;
+  char buf[32];
+  read_small_file("/proc/sys/vm/max_map_count", buf, sizeof buf);
+  return size_t(decimal_at(buf));
 #else
   return 0;
 #endif
@@ -335,7 +353,7 @@ namespace {
 // .preinit_array runs before libc's own initialisation, where getenv finds
 // nothing, and options read then would keep their defaults for good (a
 // FREEWAY_SECURE=1 program would run unsecured). Read once, by the only
-// thread there is then; entries past kEnvBytes are not seen.
+// thread there is then; entries past kEnvBytes - 1 are not seen.
 constexpr size_t kEnvBytes = 32768;
 char g_env[kEnvBytes];
 size_t g_env_len = 0;
@@ -344,17 +362,7 @@ bool g_env_read = false;
 const char* getenv_from_kernel(const char* name) {
   if (!g_env_read) {
     g_env_read = true;
-    int fd = ::open("/proc/self/environ", O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-      for (;;) {
-        ssize_t r = ::read(fd, g_env + g_env_len, kEnvBytes - g_env_len);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        g_env_len += size_t(r);
-        if (g_env_len == kEnvBytes) break;
-      }
-      ::close(fd);
-    }
+    g_env_len = read_small_file("/proc/self/environ", g_env, kEnvBytes);
   }
   const size_t n = strlen(name);
   for (size_t at = 0; at < g_env_len;) {
@@ -383,31 +391,6 @@ bool shm_path(const char* name, char* buf, size_t size) {
   return n > 0 && size_t(n) < size;
 }
 
-// Reads up to size-1 bytes of a small /proc file into buf; bytes read (0 on failure).
-size_t read_small_file(const char* path, char* buf, size_t size) {
-  int saved = errno;
-  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  size_t got = 0;
-  if (fd >= 0) {
-    while (got + 1 < size) {
-      ssize_t r = ::read(fd, buf + got, size - 1 - got);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) break;
-      got += size_t(r);
-    }
-    ::close(fd);
-  }
-  buf[got] = 0;
-  errno = saved;
-  return got;
-}
-
-// The decimal number at s (0 if none).
-uint64_t decimal_at(const char* s) {
-  uint64_t v = 0;
-  for (; *s >= '0' && *s <= '9'; s++) v = v * 10 + uint64_t(*s - '0');
-  return v;
-}
 }  // namespace
 
 void* shared_create(const char* name, size_t size, const char** why) {
