@@ -51,10 +51,7 @@ F proc(HMODULE m, const char* name) {
 void crt_lookup() {
   if (g_crt_count.load(std::memory_order_acquire) != 0 || g_crt_fixed.load(std::memory_order_acquire)) return;
   DWORD saved = GetLastError();
-  HMODULE m = program_crt();
-  if (m == nullptr) m = GetModuleHandleW(L"msvcrt.dll");
-  if (m == nullptr) m = GetModuleHandleW(L"ucrtbase.dll");
-  if (m != nullptr) {
+  if (HMODULE m = program_crt()) {
     CrtOriginals c{};
     auto heap_handle = proc<intptr_t(__cdecl*)()>(m, "_get_heap_handle");
     c.heap = heap_handle != nullptr ? reinterpret_cast<HANDLE>(heap_handle()) : GetProcessHeap();
@@ -70,21 +67,25 @@ void crt_lookup() {
 }  // namespace
 
 HMODULE program_crt() {
-  auto* base = reinterpret_cast<const uint8_t*>(GetModuleHandleW(nullptr));
-  if (base == nullptr) return nullptr;
-  auto* dos = reinterpret_cast<const IMAGE_DOS_HEADER*>(base);
-  auto* nt = reinterpret_cast<const IMAGE_NT_HEADERS*>(base + dos->e_lfanew);
-  const IMAGE_DATA_DIRECTORY& dir = nt->OptionalHeader.DataDirectory[IMAGE_DIRECTORY_ENTRY_IMPORT];
-  if (dir.VirtualAddress == 0) return nullptr;
-  bool msvcrt = false, ucrt = false;
-  for (auto* d = reinterpret_cast<const IMAGE_IMPORT_DESCRIPTOR*>(base + dir.VirtualAddress); d->Name != 0; d++) {
-    const char* name = reinterpret_cast<const char*>(base + d->Name);
-    msvcrt = msvcrt || lstrcmpiA(name, "msvcrt.dll") == 0;
-    ucrt = ucrt || lstrcmpiA(name, "ucrtbase.dll") == 0 || CompareStringA(LOCALE_INVARIANT, NORM_IGNORECASE, name, 15,
-                                                                      "api-ms-win-crt-", 15) == CSTR_EQUAL;
+  // Whether the .exe imports the universal CRT: ucrtbase.dll itself, or the
+  // api-ms-win-crt-*.dll sets that forward to it.
+  bool ucrt = false;
+  if (auto* base = reinterpret_cast<const uint8_t*>(GetModuleHandleW(nullptr))) {
+    auto* dos = reinterpret_cast<const IMAGE_DOS_HEADER*>(base);
+    auto* nt = reinterpret_cast<const IMAGE_NT_HEADERS*>(base + dos->e_lfanew);
+    const IMAGE_DATA_DIRECTORY& dir = nt->OptionalHeader.DataDirectory[IMAGE_DIRECTORY_ENTRY_IMPORT];
+    for (auto* d = reinterpret_cast<const IMAGE_IMPORT_DESCRIPTOR*>(base + dir.VirtualAddress);
+         dir.VirtualAddress != 0 && d->Name != 0 && !ucrt; d++) {
+      const char* name = reinterpret_cast<const char*>(base + d->Name);
+      ucrt = lstrcmpiA(name, "ucrtbase.dll") == 0 ||
+             CompareStringA(LOCALE_INVARIANT, NORM_IGNORECASE, name, 15, "api-ms-win-crt-", 15) == CSTR_EQUAL;
+    }
   }
-  // A program that imports both (rare) is taken for the universal CRT's.
-  return ucrt ? GetModuleHandleW(L"ucrtbase.dll") : msvcrt ? GetModuleHandleW(L"msvcrt.dll") : nullptr;
+  // A program that imports msvcrt (or both, rarely: taken for the universal
+  // CRT's) has it loaded; one that imports neither gets msvcrt, else ucrtbase.
+  if (ucrt) return GetModuleHandleW(L"ucrtbase.dll");
+  if (HMODULE m = GetModuleHandleW(L"msvcrt.dll")) return m;
+  return GetModuleHandleW(L"ucrtbase.dll");
 }
 
 void crt_use(const CrtOriginals* crts, int n) {

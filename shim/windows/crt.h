@@ -38,9 +38,10 @@ const CrtOriginals* crt_owner(const void* p);
 // The first CRT (for _aligned_ blocks, which do not start at a heap block).
 const CrtOriginals* crt_first();
 // The C runtime the program (its .exe) imports: msvcrt.dll, or ucrtbase.dll
-// for a universal-CRT program (api-ms-win-crt-*.dll imports); nullptr if it
-// imports neither or it is not loaded. Other modules may load the other one
-// (advapi32 loads msvcrt), so "whichever is loaded" is not the program's.
+// for a universal-CRT program (api-ms-win-crt-*.dll imports). Other modules
+// may load the other one (advapi32 loads msvcrt), so "whichever is loaded" is
+// not the program's. For a program that imports neither, msvcrt.dll if
+// loaded, else ucrtbase.dll; nullptr if neither is loaded.
 HMODULE program_crt();
 
 }  // namespace fw::win

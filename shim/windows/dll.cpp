@@ -228,16 +228,10 @@ void take_over(HMODULE self) {
   (void)self;
   // errno is the program's CRT's (its _errno is not patched): the one its
   // .exe imports (fw::win::program_crt: advapi32 loads msvcrt into
-  // universal-CRT programs too), else msvcrt's, else the universal CRT's.
-  HMODULE errno_from[] = {fw::win::program_crt(), GetModuleHandleW(L"msvcrt.dll"), GetModuleHandleW(L"ucrtbase.dll")};
-  for (HMODULE m : errno_from)
-    if (m != nullptr) {
-      auto e = reinterpret_cast<int* (__cdecl*)()>(reinterpret_cast<void*>(GetProcAddress(m, "_errno")));
-      if (e != nullptr) {
-        fw_crt_errno = e;
-        break;
-      }
-    }
+  // universal-CRT programs too).
+  if (HMODULE m = fw::win::program_crt())
+    if (auto e = reinterpret_cast<int* (__cdecl*)()>(reinterpret_cast<void*>(GetProcAddress(m, "_errno"))))
+      fw_crt_errno = e;
   for (const wchar_t* name : kCrtNames)
     if (HMODULE m = GetModuleHandleW(name)) patch_module(m, name);
   auto reg = reinterpret_cast<RegisterFn>(
