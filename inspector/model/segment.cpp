@@ -23,8 +23,8 @@
 #include "inspector/model/segment.h"
 
 #include <algorithm>
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <thread>

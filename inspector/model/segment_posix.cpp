@@ -106,7 +106,6 @@ bool pid_runs(uint64_t pid) {
   return true;  // no /proc: kill() is all there is
 }
 
-// Parses "freeway.<digits>" into pid; false for any other name.
 // Whether a file owned by `owner` may be pid's segment: the process creates it
 // with its own user id, so owner must be one of its real, effective, saved or
 // file-system user ids (/proc/<pid>/status). Another user's file at that name
@@ -156,6 +155,7 @@ bool maps_file(uint64_t pid, const struct stat& st) {
   return found || !read_any;
 }
 
+// Parses "freeway.<digits>" into pid; false for any other name.
 bool parse_segment_name(const char* name, uint64_t* pid) {
   static const char kPrefix[] = "freeway.";
   if (std::strncmp(name, kPrefix, sizeof kPrefix - 1) != 0) return false;
