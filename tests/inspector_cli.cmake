@@ -10,6 +10,7 @@
 #   inspector_cli.stale_pruned               a SIGKILLed child's segment is listed as stale and pruned
 #   inspector_cli.watch                      a bounded watch, and watch following the process to its exit
 #   inspector_cli.exec_without_freeway       a process that exec'd a program without freeway: its segment is stale
+#   inspector_cli.orphaned_leader            a process whose main thread exited while others run: alive, not pruned
 if(TARGET freeway-inspect)
   find_package(Python3 COMPONENTS Interpreter)
   if(NOT Python3_Interpreter_FOUND)
@@ -17,8 +18,10 @@ if(TARGET freeway-inspect)
   endif()
   add_executable(telemetry_child inspector_cli/telemetry_child.c)
   target_include_directories(telemetry_child PRIVATE ${PROJECT_SOURCE_DIR}/include)
-  target_link_libraries(telemetry_child PRIVATE ${CMAKE_DL_LIBS})  # not linked with freeway: it is preloaded
-  foreach(case snapshot_matches_fw_stats check record_replay_diff bad_sources stale_pruned watch exec_without_freeway)
+  find_package(Threads REQUIRED)
+  target_link_libraries(telemetry_child PRIVATE ${CMAKE_DL_LIBS} Threads::Threads)  # not linked with freeway: it is preloaded
+  foreach(case snapshot_matches_fw_stats check record_replay_diff bad_sources stale_pruned watch exec_without_freeway
+               orphaned_leader)
     add_test(NAME inspector_cli.${case}
       COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/inspector_cli/e2e.py
               $<TARGET_FILE:freeway-inspect> $<TARGET_FILE:telemetry_child> $<TARGET_FILE:freeway> ${case})

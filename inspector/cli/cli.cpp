@@ -491,7 +491,9 @@ int cmd_watch(int argc, char** argv) {
   if (!get_pid("watch", a.pos[0], &pid)) return kExitError;
   if (a.has("--hz") && (!parse_u64(a.get("--hz"), &hz) || hz < 1 || hz > 100))
     return fail("watch: --hz needs a whole number from 1 to 100");
-  if (a.has("--count") && !parse_u64(a.get("--count"), &count)) return fail("watch: --count needs a whole number");
+  // No --count: until the process exits or a signal stops it.
+  if (a.has("--count") && (!parse_u64(a.get("--count"), &count) || count < 1))
+    return fail("watch: --count needs a whole number from 1");
   if (a.has("--events") && (!parse_u64(a.get("--events"), &n_events) || n_events > 1000))
     return fail("watch: --events needs a whole number up to 1000");
   std::string err;
@@ -634,9 +636,10 @@ int cmd_record(int argc, char** argv) {
     auto now = std::chrono::steady_clock::now();
     if (!quiet && now - last_progress >= std::chrono::seconds(1)) {
       last_progress = now;
-      std::fprintf(stderr, "\rrecording process %" PRIu64 ": %.0f s%s, %" PRIu64 " frames, %s   ", pid, elapsed,
-                   seconds > 0 ? (" of " + std::to_string(uint64_t(seconds))).c_str() : "", frames,
-                   format_bytes(w->bytes_written()).c_str());
+      char of[48] = "";  // a double: --seconds may be past any integer type
+      if (seconds > 0) std::snprintf(of, sizeof of, " of %.0f", seconds);
+      std::fprintf(stderr, "\rrecording process %" PRIu64 ": %.0f s%s, %" PRIu64 " frames, %s   ", pid, elapsed, of,
+                   frames, format_bytes(w->bytes_written()).c_str());
     }
     next += period;
     sleep_until(next);

@@ -24,7 +24,11 @@
 // decoded frame passes validate_snapshot() before it is returned.
 #include "inspector/model/recording.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#ifndef _WIN32
+#include <unistd.h>
+#endif
 
 #include <cerrno>
 #include <cstring>
@@ -349,10 +353,54 @@ struct RecordingReader::Impl {
   }
 };
 
-std::unique_ptr<RecordingReader> RecordingReader::open(const std::string& path, std::string* err) {
-  FILE* f = std::fopen(path.c_str(), "rbe");
+namespace {
+
+// Opens path for reading if it is a regular file, and gives its size; nullptr
+// and why if not. On POSIX the file is opened without blocking: opening a FIFO
+// for reading would wait for a writer.
+FILE* open_regular(const std::string& path, uint64_t* size, std::string* why) {
+  struct stat st;
+#ifdef _WIN32
+  FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) {
-    *err = "recording " + path + ": cannot open: " + std::strerror(errno);
+    *why = std::string("cannot open: ") + std::strerror(errno);
+    return nullptr;
+  }
+  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    *why = "not a regular file";
+    std::fclose(f);
+    return nullptr;
+  }
+#else
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    *why = std::string("cannot open: ") + std::strerror(errno);
+    return nullptr;
+  }
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    *why = "not a regular file";
+    ::close(fd);
+    return nullptr;
+  }
+  FILE* f = fdopen(fd, "rb");
+  if (f == nullptr) {
+    *why = std::string("cannot open: ") + std::strerror(errno);
+    ::close(fd);
+    return nullptr;
+  }
+#endif
+  *size = uint64_t(st.st_size);
+  return f;
+}
+
+}  // namespace
+
+std::unique_ptr<RecordingReader> RecordingReader::open(const std::string& path, std::string* err) {
+  std::string why;
+  uint64_t size = 0;
+  FILE* f = open_regular(path, &size, &why);
+  if (f == nullptr) {
+    *err = "recording " + path + ": " + why;
     return nullptr;
   }
   std::unique_ptr<RecordingReader> r(new RecordingReader);
@@ -360,12 +408,7 @@ std::unique_ptr<RecordingReader> RecordingReader::open(const std::string& path, 
   Impl& I = *r->impl_;
   I.f = f;
   I.path = path;
-  struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    *err = "recording " + path + ": not a regular file";
-    return nullptr;
-  }
-  I.size = uint64_t(st.st_size);
+  I.size = size;
   char magic[sizeof kMagic];
   if (std::fread(magic, 1, sizeof magic, f) != sizeof magic || std::memcmp(magic, kMagic, sizeof magic) != 0) {
     *err = "recording " + path + ": not a freeway recording (bad magic)";
@@ -439,7 +482,7 @@ bool RecordingReader::next(Snapshot* out, std::string* err) {
     s.vspans_per_region = uint32_t(vspr);
     s.vspan_shift = uint32_t(vshift);
     s.page_size = uint32_t(page);
-    s.exe.assign(reinterpret_cast<const char*>(c.p), size_t(n));
+    s.exe = printable_exe(reinterpret_cast<const char*>(c.p), size_t(n));  // a crafted file's bytes reach terminals
     c.p += n;
   }
   get_record(&c, "process", &s.process);

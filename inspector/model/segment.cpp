@@ -31,6 +31,17 @@
 
 #include "inspector/model/segment_internal.h"
 
+namespace fwi {
+
+std::string printable_exe(const char* name, size_t n) {
+  std::string s(name, n);
+  for (char& c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return s;
+}
+
+}  // namespace fwi
+
 namespace fwi::detail {
 
 std::string fmt(const char* f, ...) {
@@ -42,13 +53,7 @@ std::string fmt(const char* f, ...) {
   return buf;
 }
 
-std::string exe_of(const fwt_header& h) {
-  size_t n = strnlen(h.exe, FWT_EXE_MAX);
-  std::string s(h.exe, n);
-  for (char& c : s)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  return s;
-}
+std::string exe_of(const fwt_header& h) { return printable_exe(h.exe, strnlen(h.exe, FWT_EXE_MAX)); }
 
 std::string validate_header(const fwt_header& h, uint64_t avail, Layout* out) {
   if (h.magic != FWT_MAGIC) return "not a freeway telemetry segment (bad magic)";
@@ -186,11 +191,12 @@ std::unique_ptr<Segment> Segment::adopt(std::unique_ptr<Impl> impl, bool runs, s
   Impl& I = *s->impl_;
   I.live = true;
   const std::string& label = I.label;
-  // A publisher that is starting has made the file but not written its
-  // header yet (publisher_state 0); give it a second. A stopped publisher
-  // zeroes the magic (publisher_state 2): say so before calling it corrupt.
+  // A publisher that is starting has made the file but not stored the
+  // magic yet (publisher_state 0 until its header is written, then 1 while it
+  // writes the first snapshot); give it a second. A stopped publisher zeroes
+  // the magic (publisher_state 2): say so before calling it corrupt.
   for (int i = 0; i < 100 && runs && load_acquire(I.base + offsetof(fwt_header, magic)) == 0 &&
-                  load_acquire(I.base + offsetof(fwt_header, publisher_state)) == 0;
+                  load_acquire(I.base + offsetof(fwt_header, publisher_state)) != 2;
        i++)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   if (load_acquire(I.base + offsetof(fwt_header, magic)) == 0) {

@@ -31,6 +31,10 @@ std::vector<ProcessEntry> list_processes(bool prune, const std::string& dir = "/
 // which tells a recycled pid from the process that created a segment.
 bool process_start_ticks(uint64_t pid, uint64_t* ticks);
 
+// A program name of n bytes with control characters replaced by '?' (it is
+// printed on terminals), from a segment's header or a recording.
+std::string printable_exe(const char* name, size_t n);
+
 // The content checks every snapshot passes before anyone sees it (take() and
 // the recording reader run them): every span state known, the class of every
 // small span below the class count, carved and remote_count within capacity,

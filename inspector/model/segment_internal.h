@@ -42,8 +42,8 @@ inline uint64_t load_relaxed(const uint8_t* p) {
 
 std::string fmt(const char* f, ...) __attribute__((format(FWI_PRINTF, 1, 2)));
 
-// The exe name from a header: at most FWT_EXE_MAX bytes, NUL or not, with
-// control characters replaced (it is printed on terminals).
+// The exe name from a header: at most FWT_EXE_MAX bytes, NUL or not, made
+// printable (printable_exe).
 std::string exe_of(const fwt_header& h);
 
 // One table: capacity records of `size` bytes (>= ours) at `offset`.

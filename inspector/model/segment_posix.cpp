@@ -62,10 +62,9 @@ void install_bus_guard() {
 
 namespace {
 
-// Fields 3 (state) and 22 (start time in clock ticks since boot) of /proc/<pid>/stat.
-bool read_proc_stat(uint64_t pid, char* state, uint64_t* ticks) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%llu/stat", static_cast<unsigned long long>(pid));
+// Fields 3 (state) and 22 (start time in clock ticks since boot) of a stat
+// file of /proc: a process's or one of its threads'.
+bool read_stat_file(const char* path, char* state, uint64_t* ticks) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   char buf[1024];
@@ -94,16 +93,47 @@ bool read_proc_stat(uint64_t pid, char* state, uint64_t* ticks) {
   return true;
 }
 
+// The same of /proc/<pid>/stat.
+bool read_proc_stat(uint64_t pid, char* state, uint64_t* ticks) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%llu/stat", static_cast<unsigned long long>(pid));
+  return read_stat_file(path, state, ticks);
+}
+
+// Whether a thread of pid other than an exited one is left. A process whose
+// main thread called pthread_exit shows the zombie state in /proc/<pid>/stat
+// (the thread-group leader's) while its other threads run on, and publish.
+bool other_thread_runs(uint64_t pid) {
+  char dir[64];
+  std::snprintf(dir, sizeof dir, "/proc/%llu/task", static_cast<unsigned long long>(pid));
+  DIR* d = opendir(dir);
+  if (d == nullptr) return false;
+  bool runs = false;
+  while (!runs) {
+    const dirent* e = readdir(d);
+    if (e == nullptr) break;
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    char path[sizeof dir + sizeof e->d_name + 8];
+    std::snprintf(path, sizeof path, "%s/%s/stat", dir, e->d_name);
+    char state = 0;
+    uint64_t t = 0;
+    runs = read_stat_file(path, &state, &t) && state != 'Z' && state != 'X';
+  }
+  closedir(d);
+  return runs;
+}
+
 // Whether pid names a process that has not exited: kill(pid, 0) succeeds (or
 // is refused: another user's process), and it is not a zombie waiting for
-// its parent (an exited process keeps its pid until then).
+// its parent (an exited process keeps its pid until then). A zombie main
+// thread with other threads still running is a live process.
 bool pid_runs(uint64_t pid) {
   if (pid == 0 || pid > uint64_t(INT32_MAX)) return false;
   if (kill(pid_t(pid), 0) != 0 && errno != EPERM) return false;
   char state = 0;
   uint64_t t = 0;
-  if (read_proc_stat(pid, &state, &t)) return state != 'Z' && state != 'X';
-  return true;  // no /proc: kill() is all there is
+  if (!read_proc_stat(pid, &state, &t)) return true;  // no /proc: kill() is all there is
+  return (state != 'Z' && state != 'X') || other_thread_runs(pid);
 }
 
 // Whether a file owned by `owner` may be pid's segment: the process creates it

@@ -240,6 +240,24 @@ def case_record_replay_diff():
         f.write(b"not a recording at all" * 10)
     one_line_error(["replay", bad], "")
     one_line_error(["diff", a, os.path.join(TMP, "missing.fws")], "neither a process id nor a file")
+    # A FIFO where a file is expected: refused at once (opening it for
+    # reading must not wait for a writer); run() times out on a hang.
+    fifo = os.path.join(TMP, "fifo.fwr")
+    os.mkfifo(fifo)
+    one_line_error(["replay", fifo], "not a regular file")
+    one_line_error(["snapshot", fifo], "not a regular file")
+    # A recording whose program name holds control characters (an escape
+    # sequence, the same length as the name it replaces): printed as '?'.
+    name = b"telemetry_child"
+    if name not in data:
+        fail("the recording does not hold the program's name")
+    with open(bad, "wb") as f:
+        f.write(data.replace(name, b"telemetry\x1b[2Jld"))
+    for cmd in (["snapshot", bad], ["check", bad, "--max-blowup", "1000"], ["diff", bad, a]):
+        code, out, err = run(*cmd)
+        if code != 0 or "\x1b" in out + err or "telemetry?[2Jld" not in out:
+            fail(f"{cmd}: exit {code}, control characters not replaced: {(out + err)[:300]!r}")
+    print("ok: a FIFO is refused; control characters in a recorded name are printed as '?'")
 
 
 def case_bad_sources():
@@ -354,6 +372,37 @@ def case_watch():
     if p.returncode != 0 or "has exited" not in out:
         fail(f"watch after the process exited: exit {p.returncode}: {out[-300:]}")
     print("ok: watch (3 views; reports the exit)")
+    one_line_error(["watch", "1", "--count", "0"], "--count")
+
+
+def case_orphaned_leader():
+    """A process whose main thread called pthread_exit while another thread
+    runs on is alive: its leader shows as a zombie in /proc/PID/stat."""
+    c = Child()
+    path = f"/dev/shm/freeway.{c.pid}"
+    if c.ask("orphan") != "orphaned":
+        fail("orphan")
+    for _ in range(200):  # until the main thread is gone
+        with open(f"/proc/{c.pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        time.sleep(0.01)
+    else:
+        fail("the main thread did not exit")
+    c.settle()
+    _, out, _ = run("list", "--json", expect=0)
+    if not any(e["pid"] == c.pid and e["alive"] for e in json.loads(out)):
+        fail(f"list does not call the process alive: {out}")
+    if not os.path.exists(path):
+        fail("list pruned the live process's segment")
+    live = c.stats()["live"]
+    c.settle()
+    if snapshot_json(c.pid)["live"] != live:
+        fail("snapshot of the orphaned process differs from fw_stats")
+    run("watch", c.pid, "--count", "2", "--hz", "10", expect=0)
+    if c.exit() != 0:
+        fail("child exit")
+    print("ok: a process with a zombie main thread is alive; list keeps its segment")
 
 
 def xvfb(*args, timeout=90):

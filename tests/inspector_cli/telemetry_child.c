@@ -7,11 +7,15 @@
  * every other block, then reads commands on stdin, one per line:
  *   stats   quiesce, call fw_stats, print "stats live=.. committed=.. ..."
  *   grow    allocate and touch 64 MiB more in 64 KiB blocks, print "grown"
+ *   orphan  go on reading commands in a new thread and end the main thread
+ *           (pthread_exit): the process runs on with a zombie thread-group
+ *           leader, print "orphaned" from the new thread
  *   exit    free everything and exit 0 (end of input too)
- * Single-threaded: when it prints stats nothing else allocates, so the next
- * published snapshot must carry the same figures. */
+ * One thread at a time reads commands: when it prints stats nothing else
+ * allocates, so the next published snapshot must carry the same figures. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,8 +32,12 @@ static void* small[SMALL];
 static void* large[LARGE];
 static void* grown[GROW];
 
+static void (*stats)(fw_stats_t*);
+static int orphaned;
+static void* serve(void* unused);
+
 int main(void) {
-  void (*stats)(fw_stats_t*) = (void (*)(fw_stats_t*))dlsym(RTLD_DEFAULT, "fw_stats");
+  stats = (void (*)(fw_stats_t*))dlsym(RTLD_DEFAULT, "fw_stats");
   if (!stats) {
     fprintf(stderr, "telemetry_child: fw_stats not found (run under LD_PRELOAD=libfreeway.so)\n");
     return 3;
@@ -56,6 +64,18 @@ int main(void) {
   }
   printf("ready %d\n", (int)getpid());
   fflush(stdout);
+  serve(NULL);
+  return 0;
+}
+
+/* Reads commands until "exit" or the end of input, then frees everything and
+ * exits the process with 0. */
+static void* serve(void* unused) {
+  (void)unused;
+  if (orphaned) {
+    printf("orphaned\n");
+    fflush(stdout);
+  }
   char line[64];
   while (fgets(line, sizeof line, stdin)) {
     if (!strncmp(line, "stats", 5)) {
@@ -77,6 +97,15 @@ int main(void) {
         }
       }
       printf("grown\n");
+    } else if (!strncmp(line, "orphan", 6) && !orphaned) {
+      pthread_t t;
+      orphaned = 1;
+      if (pthread_create(&t, NULL, serve, NULL) != 0) {
+        printf("pthread_create failed\n");
+        fflush(stdout);
+        exit(3);
+      }
+      pthread_exit(NULL);
     } else if (!strncmp(line, "exit", 4)) {
       break;
     } else {
@@ -87,5 +116,5 @@ int main(void) {
   for (int i = 0; i < SMALL; i++) free(small[i]);
   for (int i = 0; i < LARGE; i++) free(large[i]);
   for (int i = 0; i < GROW; i++) free(grown[i]);
-  return 0;
+  exit(0);
 }
