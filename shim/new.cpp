@@ -8,11 +8,15 @@
 // Without a dependency on the C++ runtime. libfreeway.so must not pull
 // libstdc++ (and with it libm and libgcc_s: about 1.2 MiB of resident memory)
 // into every C program it is preloaded into. So the runtime's functions are
-// weak references, resolved when the program has the runtime loaded, which any
-// program that calls operator new has: std::get_new_handler, and
-// std::__throw_bad_alloc to throw. A nothrow form whose handler might throw
+// weak references, resolved when the program has the runtime loaded:
+// std::get_new_handler, and std::__throw_bad_alloc to throw. A weak reference
+// is bound once, when libfreeway.so loads (it is linked -z now), so when an
+// allocation fails and one is missing the runtime is looked up then: a C
+// program that dlopens a C++ plugin (a Python or Perl extension, a PAM module)
+// has the runtime in the plugin's local scope, and libc++ names the throwing
+// function differently. A nothrow form whose handler might throw
 // hands the request to the runtime's own nothrow operator new (found with
-// dlsym(RTLD_NEXT)), which calls this file's throwing form inside its try
+// dlsym), which calls this file's throwing form inside its try
 // block and turns std::bad_alloc into nullptr. This file is built without
 // exceptions: it throws and catches nothing itself, and the unwind tables
 // every x86-64 function has let an exception pass through it.
@@ -46,16 +50,43 @@ std::new_handler new_handler() { return std::get_new_handler(); }
 [[noreturn]] void throw_bad_alloc() { std::__throw_bad_alloc(); }
 void* runtime_nothrow(const char*) { return nullptr; }
 #else
-std::new_handler new_handler() { return fw_cxx_get_new_handler != nullptr ? fw_cxx_get_new_handler() : nullptr; }
+// The C++ runtime's function `symbol`, looked up when an allocation failed:
+// in the global scope, else in whichever C++ runtime is loaded (RTLD_NOLOAD:
+// one a plugin brought in its local scope). nullptr when none has it.
+void* runtime_function(const char* symbol) {
+  if (void* f = dlsym(RTLD_DEFAULT, symbol)) return f;
+  for (const char* runtime : {"libstdc++.so.6", "libc++.so.1", "libc++abi.so.1"}) {
+    void* h = dlopen(runtime, RTLD_LAZY | RTLD_NOLOAD);
+    if (h == nullptr) continue;
+    void* f = dlsym(h, symbol);
+    dlclose(h);  // NOLOAD took a reference; the runtime stays loaded
+    if (f != nullptr) return f;
+  }
+  return nullptr;
+}
+
+std::new_handler new_handler() {
+  if (fw_cxx_get_new_handler != nullptr) return fw_cxx_get_new_handler();
+  // libstdc++ and libc++abi both export std::get_new_handler by this name.
+  auto get = reinterpret_cast<std::new_handler (*)()>(runtime_function("_ZSt15get_new_handlerv"));
+  return get != nullptr ? get() : nullptr;
+}
 
 [[noreturn]] void throw_bad_alloc() {
   if (fw_cxx_throw_bad_alloc != nullptr) fw_cxx_throw_bad_alloc();
+  using Thrower = void (*)();
+  // libstdc++'s std::__throw_bad_alloc, else libc++'s std::__1::__throw_bad_alloc.
+  for (const char* symbol : {"_ZSt17__throw_bad_allocv", "_ZNSt3__117__throw_bad_allocEv"})
+    if (auto f = reinterpret_cast<Thrower>(runtime_function(symbol))) f();
   fw::report_misuse("operator new: out of memory, and no C++ runtime loaded to throw std::bad_alloc; at", nullptr);
 }
 
 // The C++ runtime's own nothrow form of the operator (its try/catch around
 // our throwing form); nullptr when the runtime is not there to ask.
-void* runtime_nothrow(const char* symbol) { return dlsym(RTLD_NEXT, symbol); }
+void* runtime_nothrow(const char* symbol) {
+  void* f = dlsym(RTLD_NEXT, symbol);
+  return f != nullptr ? f : runtime_function(symbol);
+}
 #endif
 
 FW_NOINLINE void* new_or_throw(size_t n, size_t align) {

@@ -11,6 +11,10 @@
 #   preload.gxx         g++ -O2 -c of a real C++ file; same nm list and bytes
 #   preload.sort        sort of 2 million generated lines, three ways
 #   preload.ulimit      ls, sort and python3 under ulimit -v 64/128/256 MiB
+#   preload.cxx_plugin  a C program dlopens a C++ plugin (its runtime in the
+#                       plugin's local scope): operator new's new_handler loop
+#                       and std::bad_alloc, plain and under LD_PRELOAD
+#   preload.errno_nothp malloc keeps errno where MADV_NOHUGEPAGE is refused
 #   install.consumers   cmake --install, then pkg-config, CMake find_package
 #                       and static-link consumers of the installed copy
 #   install.multiarch_libdir  the same for a build with CMAKE_INSTALL_PREFIX=/usr
@@ -61,6 +65,27 @@ add_test(NAME preload.ulimit COMMAND ${FW_TEST_SCRIPTS}/preload_ulimit.sh $<TARG
 set_tests_properties(preload.ulimit PROPERTIES TIMEOUT 240 SKIP_RETURN_CODE 77 ENVIRONMENT "TMPDIR=${FW_TEST_TMP}")
 # sort uses both cores and ~0.5 GB; keep it from running beside the other big ones.
 set_tests_properties(preload.sort PROPERTIES RUN_SERIAL TRUE)
+
+# A C++ runtime that only a dlopened plugin brought in: freeway's operator new
+# must find it when an allocation fails (shim/new.cpp).
+add_library(fw_cxx_plugin MODULE ${FW_TEST_PROGRAMS}/cxx_plugin.cpp)
+target_compile_options(fw_cxx_plugin PRIVATE -O2 -fno-builtin -Wall -Wextra)
+add_executable(fw_plugin_host ${FW_TEST_PROGRAMS}/plugin_host.c)
+target_compile_options(fw_plugin_host PRIVATE ${FW_TEST_C_FLAGS})
+target_link_libraries(fw_plugin_host PRIVATE ${CMAKE_DL_LIBS})  # C only: no C++ runtime of its own
+add_dependencies(fw_plugin_host freeway fw_cxx_plugin)
+add_test(NAME preload.cxx_plugin
+  COMMAND sh -c "\"$1\" \"$2\" && LD_PRELOAD=\"$3\" \"$1\" \"$2\"" sh
+          $<TARGET_FILE:fw_plugin_host> $<TARGET_FILE:fw_cxx_plugin> $<TARGET_FILE:freeway>)
+set_tests_properties(preload.cxx_plugin PROPERTIES TIMEOUT 60 LABELS override)  # preloads freeway: sanitizer builds skip it
+
+# malloc keeps errno when it succeeds on a kernel without transparent huge
+# pages (MADV_NOHUGEPAGE refused with EINVAL, here through seccomp).
+add_executable(fw_errno_nothp ${FW_TEST_PROGRAMS}/errno_nothp.c)
+target_compile_options(fw_errno_nothp PRIVATE ${FW_TEST_C_FLAGS})
+add_dependencies(fw_errno_nothp freeway)
+add_test(NAME preload.errno_nothp COMMAND env LD_PRELOAD=$<TARGET_FILE:freeway> $<TARGET_FILE:fw_errno_nothp>)
+set_tests_properties(preload.errno_nothp PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77 LABELS override)
 
 # --- Install -----------------------------------------------------------------
 add_test(NAME install.consumers

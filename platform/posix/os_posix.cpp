@@ -94,8 +94,28 @@ size_t cpu_count() {
   return n > 0 ? size_t(n) : 1;
 }
 
+namespace {
+
+// Marks the reserved [p, p + size) for small pages and returns p. Spans touch
+// their memory sparsely; transparent huge pages would fault in 2 MiB where a
+// span uses 64 KiB. errno stays as it was: a kernel built without THP refuses
+// the advice (EINVAL), and a malloc that succeeds leaves errno alone.
+void* small_pages(void* p, size_t size) {
+#ifdef MADV_NOHUGEPAGE
+  const int saved = errno;
+  madvise(p, size, MADV_NOHUGEPAGE);
+  errno = saved;
+#else
+  (void)size;
+#endif
+  return p;
+}
+
+}  // namespace
+
 void* reserve_aligned(size_t size, size_t align) {
   int prot = kFeatures.commit_is_noop ? (PROT_READ | PROT_WRITE) : PROT_NONE;
+  const int saved = errno;  // a placement tried and refused on the way is no failure
   // First try exactly `size`: where the kernel puts it, then at the aligned
   // addresses just below and above (the kernel hands out addresses top-down,
   // so below is usually free), so that under an address-space limit
@@ -104,10 +124,8 @@ void* reserve_aligned(size_t size, size_t align) {
   if (exact != MAP_FAILED) {
     uintptr_t e = reinterpret_cast<uintptr_t>(exact);
     if ((e & (align - 1)) == 0) {
-#ifdef MADV_NOHUGEPAGE
-      madvise(exact, size, MADV_NOHUGEPAGE);
-#endif
-      return exact;
+      errno = saved;
+      return small_pages(exact, size);
     }
     munmap(exact, size);
     uintptr_t down = e & ~(uintptr_t(align) - 1);
@@ -116,10 +134,8 @@ void* reserve_aligned(size_t size, size_t align) {
       void* hint = reinterpret_cast<void*>(h);
       void* again = mmap(hint, size, prot, map_flags(), -1, 0);
       if (again == hint) {
-#ifdef MADV_NOHUGEPAGE
-        madvise(again, size, MADV_NOHUGEPAGE);
-#endif
-        return again;
+        errno = saved;
+        return small_pages(again, size);
       }
       if (again != MAP_FAILED) munmap(again, size);
     }
@@ -134,12 +150,8 @@ void* reserve_aligned(size_t size, size_t align) {
   if (aligned > start) munmap(raw, aligned - start);
   uintptr_t end = start + span;
   if (end > aligned + size) munmap(reinterpret_cast<void*>(aligned + size), end - (aligned + size));
-#ifdef MADV_NOHUGEPAGE
-  // Spans touch their memory sparsely; transparent huge pages would fault in
-  // 2 MiB where a span uses 64 KiB.
-  madvise(reinterpret_cast<void*>(aligned), size, MADV_NOHUGEPAGE);
-#endif
-  return reinterpret_cast<void*>(aligned);
+  errno = saved;
+  return small_pages(reinterpret_cast<void*>(aligned), size);
 }
 
 Reserve reserve_at(void* addr, size_t size) {
@@ -155,9 +167,7 @@ Reserve reserve_at(void* addr, size_t size) {
   int why = errno;
   errno = saved;
   if (p == addr) {
-#ifdef MADV_NOHUGEPAGE
-    madvise(p, size, MADV_NOHUGEPAGE);
-#endif
+    small_pages(p, size);
     return Reserve::kDone;
   }
   if (p != MAP_FAILED) {  // placed elsewhere (an old kernel's hint): the range is in use
