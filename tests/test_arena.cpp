@@ -6,6 +6,9 @@
 #include "freeway.h"
 #include "platform/os.h"
 
+#include <sys/mman.h>
+
+#include <cstring>
 #include <set>
 #include <thread>
 #include <vector>
@@ -143,6 +146,29 @@ TEST_CASE("the first arena region reserves a few MiB and grows in place as vspan
   mem[os::page_size() - 1] = 2;
   CHECK(mem[0] + mem[os::page_size() - 1] == 3);
   CHECK(arena_is_valid());
+}
+
+// calloc skips zeroing pages its books say were decommitted
+// (decommit_zeroes); locked pages (mlock, mlockall) refuse MADV_DONTNEED, and
+// must read as zero after decommit all the same.
+TEST_CASE("decommitted pages read as zero even when they were locked") {
+  REQUIRE(os::features().decommit_zeroes);
+  const size_t n = 16 * os::page_size();
+  char* p = static_cast<char*>(os::reserve_aligned(n, os::page_size()));
+  REQUIRE(p != nullptr);
+  REQUIRE(os::commit(p, n));
+  std::memset(p, 0x5a, n);
+  if (mlock(p, n) != 0) {
+    MESSAGE("mlock refused (RLIMIT_MEMLOCK): not run");
+  } else {
+    CHECK(os::decommit(p, n));
+    REQUIRE(os::commit(p, n));
+    size_t dirty = 0;
+    for (size_t i = 0; i < n; i++) dirty += p[i] != 0;
+    CHECK(dirty == 0);
+    munlock(p, n);
+  }
+  os::release(p, n);
 }
 
 TEST_CASE("impossible huge sizes are refused without touching the map") {

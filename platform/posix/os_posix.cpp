@@ -187,6 +187,22 @@ bool commit(void* p, size_t size) {
 bool decommit(void* p, size_t size) {
   int saved = errno;
   bool ok = madvise(p, size, MADV_DONTNEED) == 0;
+#if defined(__linux__)
+  // Locked pages (mlock, mlockall) refuse MADV_DONTNEED with EINVAL, and the
+  // heap's books would count them given back while they keep their bytes:
+  // calloc, which trusts decommitted pages to read as zero (decommit_zeroes),
+  // would hand them out dirty. Linux 5.18+ drops them with
+  // MADV_DONTNEED_LOCKED; older kernels get them cleared in place (they stay
+  // resident, as the lock asks).
+  if (!ok && errno == EINVAL) {
+    constexpr int kDontneedLocked = 24;  // MADV_DONTNEED_LOCKED, absent from older headers
+    ok = madvise(p, size, kDontneedLocked) == 0;
+    if (!ok && kFeatures.commit_is_noop) {
+      std::memset(p, 0, size);
+      ok = true;
+    }
+  }
+#endif
   if (!kFeatures.commit_is_noop) ok = ok && mprotect(p, size, PROT_NONE) == 0;
   errno = saved;
   return ok;
