@@ -195,10 +195,18 @@ bool coalesce(uint32_t n, bool force) {
     return span_at(i)->offset.load(std::memory_order_relaxed) == kGathered;
   };
   uint32_t stretches = kNoIndex;
-  // Makes [first, first + len) one free run, its pages a prefix.
+  const uint64_t now = now_ms();
+  // Makes [first, first + len) one free run, its pages a prefix, with the
+  // time stamp of the newest piece whose pages it keeps (the run's head may
+  // have come in without pages, its stamp from an earlier use).
   auto settle = [&](uint32_t first, uint32_t len) {
     uint64_t prefix = 0;  // committed bytes from the run's base on, without a gap
     const uintptr_t base = span_base(span_at(first));
+    uint64_t youngest = UINT64_MAX;  // the least age of a piece whose pages the run keeps
+    auto keeps_pages_of = [&](const Span* piece) {
+      const uint64_t age = pool_age_ms(piece, now);
+      if (age < youngest) youngest = age;
+    };
     for (uint32_t k = 0; k < len && len > 1; k++) {  // a single span keeps its pages (and its colour)
       Span* piece = span_at(first + k);
       if (span_window(piece) != 0) decommit_span(piece);  // pages at a colour are no prefix
@@ -215,14 +223,17 @@ bool coalesce(uint32_t n, bool force) {
       }
       if (k == 0) {
         prefix = c;
+        if (c != 0) keeps_pages_of(piece);
       } else if (c != 0 && prefix == at) {
         prefix += c;  // everything before it is committed: its pages extend the prefix
         piece->committed.store(0, std::memory_order_relaxed);
+        keeps_pages_of(piece);
       } else {
         decommit_span(piece);  // after a gap: not part of the prefix
       }
     }
     if (len > 1) span_at(first)->committed.store(prefix, std::memory_order_relaxed);
+    if (len > 1 && youngest != UINT64_MAX) set_pool_stamp(span_at(first), now - youngest);
     span_at(first)->run_len.store(len, std::memory_order_relaxed);
     span_at(first)->large_size.store(stretches, std::memory_order_relaxed);
     stretches = first;

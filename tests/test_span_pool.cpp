@@ -101,6 +101,38 @@ TEST_CASE("free pieces merged into a run keep their committed pages: a gap befor
   CHECK(pool_is_valid());
 }
 
+TEST_CASE("a run merged from a clean piece and a warm one keeps the warm pages for the decay delay") {
+  // Pieces 0-1 come back clean (no pages: their time stamp is from an earlier
+  // use, or none), pieces 2-3 with their pages, now. Taking 3 merges them
+  // (the gap before 2-3's pages is committed) and leaves piece 3 pooled with
+  // pages that came back just now: a purge within the delay keeps them.
+  const Fenced f = take_fenced_four();
+  const uint32_t i = f.first;
+  Span* p0 = span_at(i);
+  Span* p2 = span_at(i + 2);
+  REQUIRE(span_commit(p2, 2 * kVspanSize));
+  p0->run_len.store(2);
+  p2->run_len.store(2);
+  pool_give(p0, 2);
+  pool_give(p2, 2);
+  Span* got = pool_take_run(3, 3 * kVspanSize);
+  REQUIRE(got == p0);
+  Span* rest = span_at(i + 3);
+  REQUIRE(rest->committed.load() == kVspanSize);
+  // A purge pass may run once per quarter of the delay: let one be due, well
+  // within the delay of the rest's pages, then give back a span with pages
+  // (which runs it).
+  const uint64_t delay = uint64_t(option(Option::decay_ms));
+  REQUIRE(delay >= 400);
+  std::this_thread::sleep_for(std::chrono::milliseconds(delay / 4 + 50));
+  REQUIRE(span_commit(f.before, os::page_size()));
+  pool_give(f.before, 1);
+  CHECK(rest->committed.load() == kVspanSize);
+  pool_give(got, 3);
+  pool_give(f.after, 1);
+  CHECK(pool_is_valid());
+}
+
 TEST_CASE("a free piece whose pages are worth less than the gap before it is not merged, and keeps them") {
   const Fenced f = take_fenced_four();
   const uint32_t i = f.first;
