@@ -40,6 +40,14 @@ CrtOriginals g_crts[kMaxCrts];
 std::atomic<int> g_crt_count{0};
 std::atomic<bool> g_crt_fixed{false};  // set by crt_use: no more lookups
 
+// Makes crts[0, n) the set, replacing what was there.
+void crt_replace(const CrtOriginals* crts, int n) {
+  g_crt_count.store(0, std::memory_order_release);
+  if (n > kMaxCrts) n = kMaxCrts;
+  for (int i = 0; i < n; i++) g_crts[i] = crts[i];
+  g_crt_count.store(n, std::memory_order_release);
+}
+
 template <class F>
 F proc(HMODULE m, const char* name) {
   return reinterpret_cast<F>(reinterpret_cast<void*>(GetProcAddress(m, name)));
@@ -60,7 +68,7 @@ void crt_lookup() {
     c.expand = proc<ExpandFn>(m, "_expand");
     c.aligned_free = proc<AlignedFreeFn>(m, "_aligned_free");
     c.aligned_msize = proc<AlignedMsizeFn>(m, "_aligned_msize");
-    if (c.free != nullptr && c.msize != nullptr) crt_use(&c, 1);
+    if (c.free != nullptr && c.msize != nullptr) crt_replace(&c, 1);
   }
   SetLastError(saved);
 }
@@ -89,11 +97,15 @@ HMODULE program_crt() {
 }
 
 void crt_use(const CrtOriginals* crts, int n) {
-  g_crt_fixed.store(true, std::memory_order_release);
-  g_crt_count.store(0, std::memory_order_release);
+  // The first call replaces what a lookup found: no patch is live yet, so no
+  // free of another thread reads the set. Later ones (a CRT loaded later) run
+  // while other threads free through the earlier CRTs' patches: the set then
+  // only grows, each new entry written before the count that publishes it.
+  if (!g_crt_fixed.exchange(true, std::memory_order_acq_rel)) return crt_replace(crts, n);
   if (n > kMaxCrts) n = kMaxCrts;
-  for (int i = 0; i < n; i++) g_crts[i] = crts[i];
-  g_crt_count.store(n, std::memory_order_release);
+  const int have = g_crt_count.load(std::memory_order_relaxed);
+  for (int i = have; i < n; i++) g_crts[i] = crts[i];
+  if (n > have) g_crt_count.store(n, std::memory_order_release);
 }
 
 // The CRT whose heap holds the block p starts. HeapValidate with a block

@@ -31,7 +31,9 @@ struct CrtOriginals {
 };
 constexpr int kMaxCrts = 8;
 
-// Replaces the set of CRTs (at most kMaxCrts); no lookup happens afterwards.
+// Sets the CRTs (at most kMaxCrts): the first call replaces what a lookup
+// found, and no lookup happens afterwards; each later call passes the same
+// CRTs in the same order plus those loaded since, and only those are added.
 void crt_use(const CrtOriginals* crts, int n);
 // The CRT whose heap holds the block that starts at p, or nullptr.
 const CrtOriginals* crt_owner(const void* p);

@@ -131,9 +131,16 @@ void hand_over(void* arg) {
   auto heap_handle = reinterpret_cast<intptr_t(__cdecl*)()>(original("_get_heap_handle"));
   HANDLE heap = heap_handle != nullptr ? reinterpret_cast<HANDLE>(heap_handle()) : nullptr;
   o.heap = heap != nullptr ? heap : GetProcessHeap();  // a CRT not yet initialised: the process heap
-  o.free = reinterpret_cast<fw::win::FreeFn>(original("free"));
-  o.msize = reinterpret_cast<fw::win::MsizeFn>(original("_msize"));
-  o.expand = reinterpret_cast<fw::win::ExpandFn>(original("_expand"));
+  // ucrtbase's free, _msize and _expand only call _free_base, _msize_base and
+  // _expand_base, which are patched too: through free's trampoline a CRT block
+  // would come back to freeway's free, again and again. Where the CRT exports
+  // the _base form, the original is that one's (msvcrt has none).
+  auto base_original = [&](const char* base, const char* name) {
+    return GetProcAddress(m, base) != nullptr ? original(base) : original(name);
+  };
+  o.free = reinterpret_cast<fw::win::FreeFn>(base_original("_free_base", "free"));
+  o.msize = reinterpret_cast<fw::win::MsizeFn>(base_original("_msize_base", "_msize"));
+  o.expand = reinterpret_cast<fw::win::ExpandFn>(base_original("_expand_base", "_expand"));
   o.aligned_free = reinterpret_cast<fw::win::AlignedFreeFn>(original("_aligned_free"));
   o.aligned_msize = reinterpret_cast<fw::win::AlignedMsizeFn>(original("_aligned_msize"));
   fw::win::CrtOriginals all[fw::win::kMaxCrts];
