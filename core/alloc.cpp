@@ -128,7 +128,7 @@ void* fw_alloc_zeroed(size_t count, size_t n) {
   }
   if (total <= kSmallMax) {
     void* p = alloc_small(total);
-    if (p != nullptr) std::memset(p, 0, total);
+    if (p != nullptr) std::memset(p, 0, kCallocZeroesUsable ? fw_usable(p) : total);
     return p;
   }
   void* p = large_alloc(total, kMinAlign, true);

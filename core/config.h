@@ -37,6 +37,16 @@
 
 namespace fw {
 
+// Whether calloc zeroes the whole usable block, not just the bytes asked for:
+// on Windows, where _msize reports the usable size and _recalloc zeroes only
+// past it, so that a calloc'd block grown in place by _recalloc reads zero up
+// to its new size, as under the UCRT (whose _msize is the size asked for).
+#if defined(_WIN32)
+constexpr bool kCallocZeroesUsable = true;
+#else
+constexpr bool kCallocZeroesUsable = false;
+#endif
+
 // v rounded up to a multiple of a (a power of two).
 constexpr uintptr_t round_up(uintptr_t v, uintptr_t a) { return (v + a - 1) & ~(a - 1); }
 // Whether a is a power of two (0 is not): the alignments the entry points accept.

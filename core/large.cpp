@@ -145,7 +145,7 @@ void* large_alloc(size_t size, size_t align, bool zero) {
   }
   place_guard(head, n, bytes);
   set_state(head, kLarge);
-  if (zero) zero_block(reinterpret_cast<void*>(p), size, base, before);
+  if (zero) zero_block(reinterpret_cast<void*>(p), kCallocZeroesUsable ? size_t(bytes - (p - base)) : size, base, before);
   g_live_bytes.fetch_add(bytes - (p - base), std::memory_order_relaxed);
   g_allocs.fetch_add(1, std::memory_order_relaxed);
   g_live_spans.fetch_add(n, std::memory_order_relaxed);

@@ -340,6 +340,33 @@ TEST_CASE("CRT names: _recalloc and _aligned_recalloc leave no stale byte up to 
   CHECK(stale_aligned == 0);
 }
 
+TEST_CASE("CRT names: a calloc'd block grown in place by _recalloc reads zero up to its new size") {
+  // The UCRT's _msize of calloc(1, 40) is 40, so _recalloc to 48 zeroes bytes
+  // 40..47. Here _msize is the usable size (48): calloc must have zeroed them.
+  // Small blocks from dirty ones, and a large block from a dirty run.
+  for (size_t asked : {size_t(40), size_t(100), size_t(300000)}) {
+    std::vector<void*> dirty;
+    for (int i = 0; i < 64; i++) {
+      void* d = malloc(asked);
+      std::memset(d, 0xd1, _msize(d));
+      dirty.push_back(d);
+    }
+    for (void* d : dirty) free(d);
+    int stale = 0;
+    for (int i = 0; i < 64; i++) {
+      auto* p = static_cast<unsigned char*>(calloc(1, asked));
+      REQUIRE(p != nullptr);
+      size_t holds = _msize(p);
+      p = static_cast<unsigned char*>(_recalloc(p, 1, holds));
+      REQUIRE(p != nullptr);
+      for (size_t k = 0; k < holds; k++) stale += p[k] != 0;
+      dirty[i] = p;
+    }
+    for (void* d : dirty) free(d);
+    CHECK_MESSAGE(stale == 0, "calloc(1, ", asked, ")");
+  }
+}
+
 TEST_CASE("CRT names: _aligned_ edge cases as the UCRT's align.cpp") {
   errno = 0;
   CHECK(_aligned_offset_malloc(0, 16, 8) == nullptr);  // offset not inside an empty block
