@@ -860,6 +860,17 @@ TEST_CASE("injector: errors are one line and exit code 2") {
   CHECK(has(usage.err, "usage: freeway-inject.exe"));
   Ran exit_code = run(injected(L"cmd.exe /c exit 7"));
   CHECK(exit_code.code == 7);  // the program's own exit code comes back
+  // Paths longer than MAX_PATH: named in full in a one-line error (the
+  // Windows calls give the length they need, not a filled buffer).
+  const std::wstring deep = L"no-such-folder-" + std::wstring(300, L'd') + L"\\freeway.dll";
+  Ran long_dll = run(L"\"" + here() + L"freeway-inject.exe\" --dll " + deep + L" -- cmd.exe /c exit 0");
+  CHECK(long_dll.code == 2);
+  CHECK(has(long_dll.err, "freeway-inject: cannot find "));
+  CHECK(has(long_dll.err, "ddd\\freeway.dll"));
+  const std::wstring long_prog = L"no-such-program-" + std::wstring(300, L'p');
+  Ran long_program = run(injected(long_prog));
+  CHECK(long_program.code == 2);
+  CHECK(has(long_program.err, "freeway-inject: cannot find program no-such-program-ppp"));
 }
 
 // --- freeway-inspect.exe: the CLI on Windows --------------------------------

@@ -37,6 +37,33 @@ std::wstring last_error() {
   return L" (error " + std::to_wstring(e) + (n ? L": " + std::wstring(buf) : L"") + L")";
 }
 
+// Paths of any length (over MAX_PATH too): each call asks for the length it
+// needs, then fills a string of that length. Empty when the call fails.
+std::wstring own_path() {
+  std::wstring buf(MAX_PATH, L'\0');
+  for (;;) {
+    DWORD n = GetModuleFileNameW(nullptr, &buf[0], DWORD(buf.size()));
+    if (n == 0) return {};
+    if (n < buf.size()) return buf.substr(0, n);
+    buf.resize(buf.size() * 2);  // truncated
+  }
+}
+std::wstring full_path(const std::wstring& path) {
+  DWORD need = GetFullPathNameW(path.c_str(), 0, nullptr, nullptr);
+  if (need == 0) return {};
+  std::wstring out(need, L'\0');
+  DWORD n = GetFullPathNameW(path.c_str(), need, &out[0], nullptr);
+  return n == 0 || n >= need ? std::wstring() : out.substr(0, n);
+}
+// The program as CreateProcess would find it: on the PATH, ".exe" added.
+std::wstring search_program(const std::wstring& name) {
+  DWORD need = SearchPathW(nullptr, name.c_str(), L".exe", 0, nullptr, nullptr);
+  if (need == 0) return {};
+  std::wstring out(need, L'\0');
+  DWORD n = SearchPathW(nullptr, name.c_str(), L".exe", need, &out[0], nullptr);
+  return n == 0 || n >= need ? std::wstring() : out.substr(0, n);
+}
+
 void usage() {
   std::fwprintf(stderr,
                 L"usage: freeway-inject.exe [--dll PATH] -- PROGRAM [ARGS...]\n"
@@ -170,13 +197,12 @@ int wmain(int argc, wchar_t** argv) {
   if ((pid == 0) == (program < 0 || program >= argc)) usage();
 
   if (dll.empty()) {
-    wchar_t self[MAX_PATH];
-    DWORD n = GetModuleFileNameW(nullptr, self, MAX_PATH);
-    std::wstring dir(self, n);
-    dll = dir.substr(0, dir.find_last_of(L"\\/") + 1) + L"freeway.dll";
+    const std::wstring self = own_path();
+    if (self.empty()) fail(L"cannot find freeway-inject.exe's own path", last_error());
+    dll = self.substr(0, self.find_last_of(L"\\/") + 1) + L"freeway.dll";
   }
-  wchar_t full[MAX_PATH];
-  if (GetFullPathNameW(dll.c_str(), MAX_PATH, full, nullptr) == 0) fail(L"bad DLL path ", dll);
+  const std::wstring full = full_path(dll);
+  if (full.empty()) fail(L"bad DLL path ", dll);
   dll = full;
   if (GetFileAttributesW(dll.c_str()) == INVALID_FILE_ATTRIBUTES) fail(L"cannot find ", dll);
   if (pe_machine(dll) != IMAGE_FILE_MACHINE_AMD64) fail(L"not an x86-64 DLL: ", dll);
@@ -197,25 +223,24 @@ int wmain(int argc, wchar_t** argv) {
     return 0;
   }
 
-  // Find the program as CreateProcess would (the PATH, ".exe" added).
   std::wstring prog = argv[program];
-  wchar_t found[MAX_PATH];
-  if (SearchPathW(nullptr, prog.c_str(), L".exe", MAX_PATH, found, nullptr) == 0) fail(L"cannot find program ", prog);
+  const std::wstring found = search_program(prog);
+  if (found.empty()) fail(L"cannot find program ", prog);
   WORD machine = pe_machine(found);
   if (machine == 0) fail(L"not a Windows program: ", found);
   if (machine != IMAGE_FILE_MACHINE_AMD64) {
     wchar_t m[16];
     std::swprintf(m, 16, L"0x%04x", machine);
-    fail(L"wrong architecture: freeway is x86-64 only, and ", std::wstring(found) + L" is machine " + m);
+    fail(L"wrong architecture: freeway is x86-64 only, and ", found + L" is machine " + m);
   }
   std::wstring cmd = quote(prog);
   for (int i = program + 1; i < argc; i++) cmd += L" " + quote(argv[i]);
   STARTUPINFOW si{};
   si.cb = sizeof si;
   PROCESS_INFORMATION pi{};
-  if (!CreateProcessW(found, cmd.data(), nullptr, nullptr, TRUE, CREATE_SUSPENDED, nullptr, nullptr, &si, &pi)) {
+  if (!CreateProcessW(found.c_str(), cmd.data(), nullptr, nullptr, TRUE, CREATE_SUSPENDED, nullptr, nullptr, &si, &pi)) {
     if (GetLastError() == ERROR_ACCESS_DENIED) fail(L"access denied starting ", found);
-    fail(L"cannot start ", std::wstring(found) + last_error());
+    fail(L"cannot start ", found + last_error());
   }
   if (!load_into(pi.hProcess, dll, &why)) {
     TerminateProcess(pi.hProcess, 2);
