@@ -493,14 +493,18 @@ void lab_flush(Lab* lab) {
 }
 
 void lab_collect_current() {
-  Lab* lab = lab_current();
-  if (is_placeholder(lab)) return;
+  Lab* slot = lab_current();
+  // Secure mode keeps the SECURE placeholder in the slot between calls: the
+  // thread's LAB is the one its exit registration holds (none before its
+  // first call). Its chains hold what quarantine_flush just freed.
+  Lab* lab = slot == &g_lab_secure ? static_cast<Lab*>(os::thread_exit_registered()) : slot;
+  if (lab == nullptr || is_placeholder(lab)) return;
   lab_set_current(&g_lab_busy);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   lab_flush_pending(lab);
   for (unsigned c = 0; c < kClassCount; c++) release_kept(lab, c);
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  lab_set_current(lab);
+  lab_set_current(slot);
 }
 
 void* lab_refill(Lab* lab, unsigned c) {

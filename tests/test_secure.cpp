@@ -14,6 +14,7 @@
 #include "misuse_util.h"
 
 #include "core/arena.h"
+#include "core/lab.h"
 #include "core/span.h"
 #include "platform/os.h"
 #include "core/secure.h"
@@ -264,6 +265,22 @@ TEST_CASE("secure: the freed block is never the next one handed out, and blocks 
   MESSAGE("of 512 blocks, ", reused, " were freed ones; the second run put the same one in ", same, " of those places");
   REQUIRE(reused >= 32);  // freed blocks do come back
   CHECK(same * 4 < reused);
+}
+
+TEST_CASE("secure: fw_collect gives the calling thread's pending frees to their spans") {
+  // Enough blocks that most of them sit in spans the thread no longer owns:
+  // freeing every other one fills the quarantine, whose blocks then go to
+  // chains, and fw_collect frees the quarantine and must give the chains too.
+  std::vector<void*> v;
+  for (int i = 0; i < 20000; i++) v.push_back(fw_malloc(48));
+  for (size_t i = 0; i < v.size(); i += 2) fw_free(v[i]);
+  fw_collect();
+  const Lab* mine = static_cast<const Lab*>(os::thread_exit_registered());
+  REQUIRE(mine != nullptr);
+  CHECK(lab_pending_count(mine) == 0);
+  for (size_t i = 1; i < v.size(); i += 2) fw_free(v[i]);
+  fw_collect();
+  CHECK(lab_pending_count(mine) == 0);
 }
 
 TEST_CASE("secure: sized free must give the size asked for, not just one the block could hold") {
