@@ -181,11 +181,10 @@ Span* acquire_span(Lab* lab, unsigned c, void** list) {
   Span* s = pool_take_span(class_info(c).span_bytes);
   if (s == nullptr || !span_make_hot(s, c, lab)) return nullptr;
   percpu_caches_grew();
-  uint64_t every = uint64_t(option(Option::peak_sample));
-  if (every > 0 && g_acquisitions.fetch_add(1, std::memory_order_relaxed) % every == 0) {
-    stats_sample_peak();
-    expire_old_parked();  // the heap grows: spans parked too long go back
-  }
+  const uint64_t n = g_acquisitions.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t every = uint64_t(option(Option::peak_sample));  // 0: never
+  if (every > 0 && n % every == 0) stats_sample_peak();
+  if (n % kParkedCheckEvery == 0) expire_old_parked();  // the heap grows: spans parked too long go back
   return s;
 }
 

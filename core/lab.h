@@ -88,13 +88,14 @@ constexpr unsigned kLabQuarantine = 256;  // secure mode: freed blocks a thread 
 // owner frees on the fast path, and it allocates from the spans the dead
 // thread left half used, as mimalloc's threads reclaim abandoned segments.
 // Bound: a parked LAB not taken within kParkedNs is flushed by whichever
-// thread next exits or takes spans from the span-pool (every peak_sample
-// acquisitions), and fw_collect flushes every parked LAB; so parked LABs add
+// thread next exits or takes spans from the span-pool (every
+// kParkedCheckEvery acquisitions), and fw_collect flushes every parked LAB; so parked LABs add
 // at most min(CPUs, 64) LABs' worth of spans to the blowup bound's per-cache
 // term, for at most kParkedNs past the next such event (docs/design.md).
 // Threads do not park in per-CPU mode, where no thread binds a LAB.
 constexpr unsigned kMaxParked = 64;
 constexpr uint64_t kParkedNs = 100u * 1000 * 1000;  // 100 ms
+constexpr uint64_t kParkedCheckEvery = 64;          // span-pool acquisitions between looks at the parked LABs
 
 // Kept spans. When a per-thread LAB's hot span of class c has no block left
 // to give, the LAB does not let it float (HOT -> FULL, after which even its own

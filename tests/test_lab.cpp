@@ -12,6 +12,7 @@
 #include "core/arena.h"
 #include "core/free.h"
 #include "core/lab.h"
+#include "core/options.h"
 #include "core/span_pool.h"
 #include "freeway.h"
 #include "platform/os.h"
@@ -403,6 +404,35 @@ TEST_CASE("a thread's LAB is parked at exit with its spans, and the next thread 
     fw_free(first);
     CHECK(fw_check_heap() == 0);
   }).join();
+  fw_collect();
+  CHECK(fw_check_heap() == 0);
+}
+
+// test_lab runs with FREEWAY_PEAK_SAMPLE=0 (tests/CMakeLists.txt): the check
+// for LABs parked too long must not depend on the peak samples.
+TEST_CASE("a parked LAB not taken within kParkedNs is flushed when the heap grows, even with no peak samples") {
+  fw_collect();
+  REQUIRE(option(Option::peak_sample) == 0);
+  fw_free(fw_malloc(16));  // this thread's LAB bound: the exiting thread's parks
+  std::vector<void*> v;
+  Lab* parked = nullptr;
+  std::thread([&] {
+    for (int i = 0; i < 1000; i++) v.push_back(fw_malloc(100));
+    parked = lab_current();
+  }).join();
+  REQUIRE(parked->kind.load() == kLabParked);
+  std::this_thread::sleep_for(std::chrono::nanoseconds(kParkedNs + kParkedNs / 2));
+  // More than kParkedCheckEvery spans from the span-pool: blocks of 16 KiB
+  // until that many spans were new to this thread.
+  std::vector<void*> grow;
+  std::vector<const Span*> spans;
+  while (spans.size() < kParkedCheckEvery + 2) {
+    grow.push_back(fw_malloc(16 * 1024));
+    if (std::find(spans.begin(), spans.end(), span_of(grow.back())) == spans.end()) spans.push_back(span_of(grow.back()));
+  }
+  CHECK(parked->kind.load() == kLabIdle);
+  for (void* p : grow) fw_free(p);
+  for (void* p : v) fw_free(p);
   fw_collect();
   CHECK(fw_check_heap() == 0);
 }
