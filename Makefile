@@ -55,10 +55,10 @@ install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 bench: deps-bench build
-	bench/run
+	bench/run --build-dir $(BUILD)
 
 bench-quick: deps-bench build
-	bench/run --quick
+	bench/run --quick --build-dir $(BUILD)
 
 # Windows x86-64: libfreeway.a and the test programs, cross-built.
 windows: deps-win
