@@ -459,6 +459,12 @@ void lab_defer_free(Lab* lab, Span* s, void* p) {
     // fits its 16 bits (lab.h).
     const uint32_t capacity = s->capacity.load(std::memory_order_relaxed);
     if (limit > capacity) limit = capacity;
+    // A CPU LAB's fast path pushes down to room 0 and never gives a chain
+    // (rseq_push_counted): a chain that would take s's last blocks there would
+    // fill with no free to follow and hold an emptied span. It stops one block
+    // short instead, so the free of the last block finds it full and comes
+    // here, which gives the chain and then that block to s.
+    if (lab->kind.load(std::memory_order_relaxed) == kLabCpu && limit == in_use && in_use >= 2) limit = in_use - 1;
     // Chains of blocks bigger than their share can overrun the budget: then
     // every chain goes to its span first.
     if (lab->pending_bytes + limit * bsize > lab->pending_budget) give_all_chains(lab);

@@ -135,7 +135,9 @@ FW_INLINE unsigned kept_limit(unsigned c) {
 // takes no more blocks than its span had in use when it started, and one that
 // takes a span's last blocks has no spare room: the free that fills it goes to
 // the slow path, which gives the chain back at once, and the span goes to the
-// pool. Each span descriptor has one slot (pending_slot_in: consecutive
+// pool (a CPU LAB's such chain, which its fast path would fill to room 0 with
+// no free to follow, takes all but the last block, whose free then finds it
+// full and gives both). Each span descriptor has one slot (pending_slot_in: consecutive
 // descriptors get consecutive slots), so a thread freeing its older blocks of
 // many spans in random order (Larson's server, shbench) still batches its frees.
 //
