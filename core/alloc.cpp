@@ -37,11 +37,11 @@ void* alloc_transient(unsigned c) {
   return p;
 }
 
-// One secure-mode block (secure_heap.h) of class c or bigger for n bytes,
-// from LAB `from` (a thread's or a transient one), formatted.
-void* secure_block(Lab* from, unsigned c, size_t n) {
-  unsigned sc = secure_class(c, n);
-  if (sc == kClassCount) return large_alloc(n, class_align(c), false);
+// One secure-mode block (secure_heap.h) of class c or bigger for n bytes
+// aligned to `align`, from LAB `from` (a thread's or a transient one), formatted.
+void* secure_block(Lab* from, unsigned c, size_t n, size_t align) {
+  unsigned sc = secure_class(c, n, align);
+  if (sc == kClassCount) return large_alloc(n, align, false);
   void* p = lab_refill(from, sc);
   if (p != nullptr) secure_format(p, class_block_size(sc), n);
   return p;
@@ -49,8 +49,8 @@ void* secure_block(Lab* from, unsigned c, size_t n) {
 
 // malloc_slow in secure mode: the thread's LAB is found through its binding
 // (the slot holds SECURE), and the slot gets SECURE back, not the LAB.
-FW_NOINLINE void* malloc_secure(Lab* lab, unsigned c, size_t n) {
-  if (n == 0 && class_align(c) <= kMinAlign) {  // malloc(0) with no alignment beyond 16
+FW_NOINLINE void* malloc_secure(Lab* lab, unsigned c, size_t n, size_t align) {
+  if (n == 0 && align <= kMinAlign) {  // malloc(0) with no alignment beyond 16
     if (void* z = zero_alloc()) {
       leave(lab);
       return z;
@@ -60,10 +60,10 @@ FW_NOINLINE void* malloc_secure(Lab* lab, unsigned c, size_t n) {
   void* p;
   if (is_placeholder(mine)) {  // BUSY (a signal handler), DEAD, or no LAB could be had
     Lab* t = lab_take_transient();
-    p = t != nullptr ? secure_block(t, c, n) : nullptr;
+    p = t != nullptr ? secure_block(t, c, n, align) : nullptr;
     if (t != nullptr) lab_put_transient(t);
   } else {
-    p = secure_block(mine, c, n);
+    p = secure_block(mine, c, n, align);
   }
   leave(lab_slot_after(mine));
   if (p == nullptr) alloc_out_of_memory(n);
@@ -84,7 +84,7 @@ void* alloc_class_percpu(unsigned c, size_t n) {
 }
 
 void* malloc_slow(Lab* lab, unsigned c, size_t n) {
-  if (FW_UNLIKELY(secure_mode())) return malloc_secure(lab, c, n);
+  if (FW_UNLIKELY(secure_mode())) return malloc_secure(lab, c, n, kMinAlign);
   void* p;
   if (lab == &g_lab_empty && percpu_start()) {
     // Per-CPU mode is on (chosen at the process's first call, or switched on
@@ -140,6 +140,13 @@ void* fw_alloc_aligned(size_t align, size_t n) {
   if (align <= kMinAlign) return alloc_small(n);
   if (n <= kSmallMax) {
     unsigned c = class_of_aligned(n, align);
+    if (c < kClassCount && FW_UNLIKELY(secure_mode())) {
+      // malloc_secure must know the alignment: c's block size may carry more.
+      Lab* lab = lab_current();
+      lab_set_current(&g_lab_busy);
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+      return malloc_secure(lab, c, n, align);
+    }
     if (c < kClassCount) return alloc_class(c, n);
   }
   void* p = large_alloc(n, align, false);

@@ -52,19 +52,22 @@ bool fill_intact(const uint8_t* b, uint32_t bs) { return bs <= 16 || first_other
 
 }  // namespace
 
-unsigned secure_class(unsigned c, size_t n) {
-  uint32_t align = class_align(c);
+unsigned secure_class(unsigned c, size_t n, size_t align) {
   size_t need = n + kSecureTail;
   if (need > kSmallMax) return kClassCount;
   unsigned fit = class_of(need);
   if (fit > c) c = fit;
-  while (c < kClassCount && (class_block_size(c) & (align - 1)) != 0) c++;  // only for aligned requests
+  while (c < kClassCount && (class_block_size(c) & (align - 1)) != 0) c++;  // aligned requests only: classes are multiples of kMinAlign
   return c;
 }
 
 void secure_format(void* p, uint32_t bs, size_t n) {
   uint8_t* b = static_cast<uint8_t*>(p);
   if (!fill_intact(b, bs)) report_misuse("write after free", p);
+  // The first word still holds the encoded free-list link: a program that
+  // reads memory it never wrote would learn the list key from it (the last
+  // block carved holds the key itself). It gets the fill, as the rest.
+  std::memset(b, fill_byte(), 8);
   std::memset(b + n, canary_byte(), bs - 4 - n);
   uint32_t enc = uint32_t(n) ^ size_mask(p);
   std::memcpy(b + bs - 4, &enc, 4);

@@ -54,11 +54,12 @@ namespace fw {
 
 constexpr size_t kSecureTail = 5;  // 4 bytes of encoded size + at least one canary byte
 
-// The class a secure block of n bytes comes from, given the class c the fast
-// path chose for it (whose block size carries the alignment asked for):
-// the smallest class >= c whose blocks hold n + kSecureTail bytes at that
-// alignment; kClassCount if none (the block is then a large one).
-unsigned secure_class(unsigned c, size_t n);
+// The class a secure block of n bytes aligned to `align` comes from, given the
+// class c the fast path chose for it: the smallest class >= c whose blocks
+// hold n + kSecureTail bytes and are multiples of align; kClassCount if none
+// (the block is then a large one). align is what the call asked for
+// (kMinAlign for malloc): c's own block size may be a multiple of more.
+unsigned secure_class(unsigned c, size_t n, size_t align);
 
 // Malloc side: checks the free fill of block p (block size bs; reports a write
 // after free) and writes its tail for n requested bytes.

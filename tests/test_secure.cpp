@@ -176,6 +176,53 @@ TEST_CASE("secure: a write after free is caught when the block is handed out aga
   });
 }
 
+TEST_CASE("secure: a write into a quarantined block is caught when fw_collect empties the quarantine") {
+  expect_abort("write into the first word of a freed block, then fw_collect", kAfterFree, [] {
+    char* p = static_cast<char*>(fw_malloc(64));
+    fw_free(p);
+    std::memset(launder(p), 'A', 16);  // the words a free-list link would overwrite
+    announce(p);
+    fw_collect();  // the quarantine's blocks leave: each is checked first
+    say("child: fw_collect did not check the quarantined block\n");
+  });
+}
+
+TEST_CASE("secure: a block handed out shows no free-list link: its words read as the fill, never the list key") {
+  // Blocks carved in a row link each to the next (the last to nullptr, whose
+  // encoded form is the key): none of them may show its link.
+  std::vector<char*> v;
+  for (int i = 0; i < 200; i++) v.push_back(static_cast<char*>(fw_malloc(100)));
+  const uintptr_t key = g_list_key.load();
+  REQUIRE(key != 0);
+  int shown = 0;
+  for (size_t i = 0; i < v.size(); i++) {
+    uintptr_t w;
+    std::memcpy(&w, v[i], sizeof w);
+    for (char* other : v) shown += (w ^ key) == reinterpret_cast<uintptr_t>(other);
+    shown += w == key;
+  }
+  CHECK(shown == 0);
+  for (char* p : v) fw_free(p);
+}
+
+TEST_CASE("secure: a plain malloc of a power of two takes the next class, not one twice as big") {
+  // Each block needs kSecureTail bytes more: 64 asks for 69, the 80-byte class.
+  for (size_t n : {size_t(32), size_t(64), size_t(128), size_t(256), size_t(1024)}) {
+    char* p = static_cast<char*>(fw_malloc(n));
+    REQUIRE(p != nullptr);
+    const uint32_t bs = span_of(p)->block_size.load();
+    CHECK_MESSAGE(bs == class_block_size(class_of(n + kSecureTail)), "malloc(", n, ") took a block of ", bs);
+    fw_free(p);
+  }
+  // An aligned request still gets its alignment.
+  for (size_t a : {size_t(64), size_t(256), size_t(4096)}) {
+    void* p = fw_malloc_aligned(a, a);
+    REQUIRE(p != nullptr);
+    CHECK(reinterpret_cast<uintptr_t>(p) % a == 0);
+    fw_free(p);
+  }
+}
+
 TEST_CASE("secure: a write into any word of a small block during its quarantine is caught when it leaves") {
   expect_abort("write into the first word of a freed 8-byte block", kAfterFree, [] {
     char* p = static_cast<char*>(fw_malloc(8));  // a 16-byte block: no fill bytes after 16
