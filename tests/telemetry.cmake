@@ -8,6 +8,11 @@ target_link_libraries(test_telemetry PRIVATE freeway doctest::doctest Threads::T
 # RESOURCE_LOCK: inspector_cli.stale_pruned prunes the stale segment one case leaves.
 doctest_discover_tests(test_telemetry PROPERTIES TIMEOUT 120 LABELS override RESOURCE_LOCK freeway_stale_segments)
 
+# A file size limit or a small /dev/shm: telemetry off with one line, never a
+# SIGXFSZ or SIGBUS that ends the program.
+add_test(NAME telemetry.limits COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/scripts/telemetry_limits.sh $<TARGET_FILE:freeway>)
+set_tests_properties(telemetry.limits PROPERTIES TIMEOUT 60 LABELS override)
+
 foreach(t test_signal_safety test_kill_tolerance test_fork)
   if(TARGET ${t})
     add_test(NAME telemetry_on.${t} COMMAND ${t})

@@ -15,6 +15,7 @@
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -441,14 +442,26 @@ void* shared_create(const char* name, size_t size, const char** why) {
     errno = saved;
     return nullptr;
   }
+  // The file is sparse and its pages are taken as the publisher writes them.
+  // Two limits would turn that into a signal that ends the process: a file
+  // size limit below the segment's (ftruncate raises SIGXFSZ), and a tmpfs
+  // with less room than the segment (a page it cannot get is a SIGBUS at the
+  // write, in whichever thread writes). Either keeps publishing off.
+  struct rlimit fsize;
+  struct statvfs room;
+  const char* refused = nullptr;
+  if (getrlimit(RLIMIT_FSIZE, &fsize) == 0 && fsize.rlim_cur != RLIM_INFINITY && fsize.rlim_cur < size)
+    refused = "the file size limit (ulimit -f) is below the segment's size";
+  else if (fstatvfs(fd, &room) == 0 && uint64_t(room.f_bavail) * room.f_frsize < size)
+    refused = "/dev/shm has less room than the segment's size (a container's --shm-size)";
   void* p = MAP_FAILED;
   // fchmod: the mode must not depend on the umask being permissive or strict.
-  if (::fchmod(fd, 0600) == 0 && ::ftruncate(fd, off_t(size)) == 0)
+  if (refused == nullptr && ::fchmod(fd, 0600) == 0 && ::ftruncate(fd, off_t(size)) == 0)
     p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
   if (p == MAP_FAILED) {
     ::unlink(path);
-    *why = "cannot size or map the segment";
+    *why = refused != nullptr ? refused : "cannot size or map the segment";
     errno = saved;
     return nullptr;
   }
