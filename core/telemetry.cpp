@@ -314,6 +314,17 @@ void on_fork_child() {
   g_state.store(kOff, std::memory_order_release);
 }
 
+// The fork and exit hooks, once. At load (telemetry_start_from_options), so
+// that the child's hook runs before any the program registers later: those
+// may allocate in the child, and an event written then must not reach the
+// parent's segment.
+void install_hooks() {
+  if (!g_hooks.exchange(true, std::memory_order_acq_rel)) {
+    os::at_fork_child(&on_fork_child);
+    os::at_exit(&on_exit);
+  }
+}
+
 }  // namespace
 
 void telemetry_event_write(fwt_header* h, uint32_t kind, uint32_t arg, uint64_t addr, uint64_t size) {
@@ -352,10 +363,7 @@ int telemetry_start() {
     errno = EBUSY;  // another thread is starting or stopping it right now
     return -1;
   }
-  if (!g_hooks.exchange(true, std::memory_order_acq_rel)) {
-    os::at_fork_child(&on_fork_child);
-    os::at_exit(&on_exit);
-  }
+  install_hooks();
   uint64_t pid = os::process_id();
   make_name(pid);
   const char* why = nullptr;
@@ -411,6 +419,7 @@ void telemetry_stop() {
 bool telemetry_active() { return g_state.load(std::memory_order_acquire) == kOn; }
 
 void telemetry_start_from_options() {
+  install_hooks();
   if (option(Option::telemetry) > 0) telemetry_start();
 }
 

@@ -43,7 +43,9 @@ int telemetry_start();
 // Stops publishing and removes the segment's name.
 void telemetry_stop();
 bool telemetry_active();
-// FREEWAY_TELEMETRY=1: called once when the library loads.
+// Called once when the library loads: installs the fork and exit hooks
+// (whether or not telemetry is on: fw_telemetry_start may come later), and
+// starts publishing if FREEWAY_TELEMETRY=1.
 void telemetry_start_from_options();
 
 }  // namespace fw

@@ -300,6 +300,34 @@ TEST_CASE("telemetry: a forked child never writes its parent's segment, and publ
   fw_telemetry_stop();
 }
 
+namespace {
+// A fork handler of the program's, registered before telemetry starts: it runs
+// in the child before or after freeway's own, by registration order.
+void child_allocates() {
+  void* big = std::malloc(24 << 20);  // a region of its own: an event if telemetry still pointed at the parent
+  std::free(big);
+  std::thread([] { std::free(std::malloc(64)); }).join();
+}
+}  // namespace
+
+TEST_CASE("telemetry: a fork handler the program registered before telemetry started writes no event into the "
+          "parent's segment") {
+  REQUIRE(pthread_atfork(nullptr, nullptr, &child_allocates) == 0);
+  REQUIRE(fw_telemetry_start() == 0);
+  View parent(segment_path(getpid()));
+  REQUIRE(parent.base != nullptr);
+  const uint64_t events_before = parent.load(parent.header().event_next);
+  pid_t child = fwtest::fork_flushed();
+  REQUIRE(child >= 0);
+  if (child == 0) _exit(0);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(fwtest::exit_code(status) == 0);
+  // The parent did nothing meanwhile: every event after the fork would be the child's.
+  CHECK(parent.load(parent.header().event_next) == events_before);
+  fw_telemetry_stop();
+}
+
 TEST_CASE("telemetry: a process that exits removes its segment; one killed leaves it for the inspector to prune") {
   pid_t a = fwtest::fork_flushed();
   REQUIRE(a >= 0);
