@@ -407,6 +407,9 @@ void telemetry_stop() {
   os::thread_join(g_thread);
   fwt_header* h = g_segment;
   shared_word(h->publisher_state).store(2, std::memory_order_release);
+  // Readers holding a view see a stopped segment by its magic, whether or not
+  // the OS gives the pages back (shared_discard).
+  shared_word(h->magic).store(0, std::memory_order_release);
   g_telemetry.store(nullptr, std::memory_order_release);
   os::shared_unlink(g_name);
   // Event writers that loaded the old pointer may still write into it: the

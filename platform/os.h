@@ -107,7 +107,9 @@ const char* getenv(const char* name);
 void* shared_create(const char* name, size_t size, const char** why);
 // Removes the name (the mapping stays valid for late writers).
 void shared_unlink(const char* name);
-// Gives the segment's pages back; the mapping stays valid (pages read as zero).
+// Gives the segment's pages back where the OS can while it stays mapped
+// (POSIX: they read as zero after); the mapping stays valid. On Windows a view
+// of a section cannot: its pages stay until the process exits.
 void shared_discard(void* p, size_t size);
 // In a forked child: replaces the inherited shared mapping by private zeroed
 // memory at the same address, so the child never writes into its parent's segment.

@@ -360,9 +360,11 @@ void shared_unlink(const char*) {
   }
 }
 
-// A view of a section cannot give its pages back while mapped: zero them, so
-// that readers that still hold it see an empty segment (os.h's contract).
-void shared_discard(void* p, size_t size) { std::memset(p, 0, size); }
+// A view of a section cannot give its pages back while mapped, and zeroing
+// them would touch every page of the 194 MiB, written or not: the pages stay
+// as they are until the process exits (os.h). Readers that still hold a view
+// see the segment stopped by its header (telemetry_stop zeroes the magic).
+void shared_discard(void*, size_t) {}
 
 void shared_detach(void*, size_t) {}  // no fork on Windows
 

@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include <windows.h>
+#include <psapi.h>
 #include <aclapi.h>
 #include <direct.h>
 #include <malloc.h>
@@ -758,8 +759,15 @@ TEST_CASE("telemetry: the segment is published in Local\\freeway.<pid> and remov
     seq = __atomic_load_n(&hdr->snapshot_seq, __ATOMIC_ACQUIRE);
   }
   CHECK(seq > seq0);
+  PROCESS_MEMORY_COUNTERS before{}, after{};
+  REQUIRE(K32GetProcessMemoryInfo(GetCurrentProcess(), &before, sizeof before));
   fw_telemetry_stop();
   CHECK(!fw_telemetry_active());
+  // Stopping touches no page it did not write (the segment is 194 MiB): a
+  // reader's view sees the magic gone.
+  REQUIRE(K32GetProcessMemoryInfo(GetCurrentProcess(), &after, sizeof after));
+  CHECK(after.WorkingSetSize < before.WorkingSetSize + (16u << 20));
+  CHECK(__atomic_load_n(&hdr->magic, __ATOMIC_ACQUIRE) == 0);
   UnmapViewOfFile(hdr);
   CloseHandle(h);
   CHECK(OpenFileMappingW(FILE_MAP_READ, FALSE, name) == nullptr);  // the name is gone
