@@ -80,11 +80,15 @@ void* secure_quarantine(Lab* mine, void* p, const Span* d) {
 // placeholder). checked: p was checked and canaried already.
 void free_small(Lab* mine, void* p, Span* d, bool checked) {
   if (is_placeholder(mine)) {
+    // The class before the free: the free of the last block in use may give
+    // d to the pool, and another thread reuse it for another class or a large
+    // block (kNoClass) before the count.
+    const unsigned c = d->cls.load(std::memory_order_relaxed);
     if (checked)
       span_free_list(d, p, p, 1);
     else
       span_free_remote(d, p);
-    stats_count_unbound_free(d->cls.load(std::memory_order_relaxed));
+    stats_count_unbound_free(c);
     return;
   }
   // Reports the bad free when the fast path's block check is what sent us here.

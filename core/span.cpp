@@ -75,12 +75,17 @@ After settle(const Span* s, const Anchor& cur, uint32_t free_listed, Anchor& nex
   return After::kNothing;
 }
 
-void follow_up(Span* s, After after) {
+// cls: s's class read before the CAS that published `after`. Once it is
+// published, other threads may empty s, give it to the pool and reuse it for
+// a large block (kNoClass, past the end of the stacks) or another class: the
+// push goes to the stack of the class s had when it became PARTIAL, whose
+// popper drops or moves an entry that changed since (span_claim_reusable).
+void follow_up(Span* s, After after, unsigned cls) {
   if (after == After::kPool) {
     s->owner.store(nullptr, std::memory_order_relaxed);
     pool_give(s, 1);
   } else if (after == After::kReusable) {
-    reusable_push(s, s->cls.load(std::memory_order_relaxed));
+    reusable_push(s, cls);
   }
 }
 
@@ -296,6 +301,7 @@ namespace {
 void release(Span* s, void* local, uint32_t m, void* tail) {
   uintptr_t base = span_blocks(s);
   const int64_t bytes = hot_bytes_of(s);
+  const unsigned cls = s->cls.load(std::memory_order_relaxed);  // while HOT (follow_up)
   s->owner.store(nullptr, std::memory_order_relaxed);
   uint64_t w = s->anchor.load(std::memory_order_acquire);
   After after;
@@ -311,7 +317,7 @@ void release(Span* s, void* local, uint32_t m, void* tail) {
     if (anchor_cas(s, w, next)) break;
   }
   count_hot(-bytes);  // before follow_up, which may give s to the pool
-  follow_up(s, after);
+  follow_up(s, after, cls);
 }
 
 }  // namespace
@@ -352,6 +358,9 @@ void span_free_remote(Span* s, void* p) {
 void span_free_list(Span* s, void* head, void* tail, uint32_t n) {
   uintptr_t base = span_blocks(s);
   uint32_t index = block_index(base, head);
+  // While head is in use s cannot be recycled: its class now is the one the
+  // push in follow_up needs, which after the CAS may have changed.
+  const unsigned cls = s->cls.load(std::memory_order_relaxed);
   uint64_t w = s->anchor.load(std::memory_order_acquire);
   After after;
   for (;;) {
@@ -367,7 +376,7 @@ void span_free_list(Span* s, void* head, void* tail, uint32_t n) {
     }
     if (anchor_cas(s, w, next)) break;
   }
-  follow_up(s, after);
+  follow_up(s, after, cls);
 }
 
 bool span_is_valid(const Span* s) {
