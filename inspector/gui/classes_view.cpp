@@ -50,7 +50,9 @@ void heatmap(const std::vector<ClassFigures>& classes) {
   const float cell_h = 12.0f;
   ImDrawList* dl = ImGui::GetWindowDrawList();
   ImGuiListClipper clipper;
-  clipper.Begin(int(classes.size()), cell_h);
+  // A row is its cell plus the item spacing after each Dummy: the clipper must
+  // know the whole step, or the scroll area is short and the last rows unreachable.
+  clipper.Begin(int(classes.size()), cell_h + ImGui::GetStyle().ItemSpacing.y);
   while (clipper.Step()) {
     for (int row = clipper.DisplayStart; row < clipper.DisplayEnd; row++) {
       const ClassFigures& c = classes[size_t(row)];

@@ -173,8 +173,24 @@ bool write_png(const std::string& path, int w, int h, std::string* err) {
   const size_t row = size_t(w) * 4;
   for (int y = 0; y < h; y++) std::memcpy(&out[size_t(y) * row], &px[size_t(h - 1 - y) * row], row);
   for (size_t i = 3; i < out.size(); i += 4) out[i] = 255;
-  if (!stbi_write_png(path.c_str(), w, h, 4, out.data(), int(row))) {
+  // Encoded in memory, then written here: stbi_write_png ignores what fwrite
+  // and fclose return (a full disk gave a truncated PNG and success).
+  std::vector<unsigned char> png;
+  auto append = [](void* to, void* data, int size) {
+    auto* v = static_cast<std::vector<unsigned char>*>(to);
+    v->insert(v->end(), static_cast<unsigned char*>(data), static_cast<unsigned char*>(data) + size);
+  };
+  if (!stbi_write_png_to_func(append, &png, w, h, 4, out.data(), int(row)) || png.empty()) {
+    *err = "cannot encode the screenshot as PNG";
+    return false;
+  }
+  errno = 0;
+  FILE* f = std::fopen(path.c_str(), "wb");
+  bool ok = f != nullptr && std::fwrite(png.data(), 1, png.size(), f) == png.size();
+  if (f != nullptr && std::fclose(f) != 0) ok = false;
+  if (!ok) {
     *err = "cannot write " + path + ": " + std::strerror(errno ? errno : EIO);
+    if (f != nullptr) std::remove(path.c_str());  // no truncated PNG left behind
     return false;
   }
   return true;
@@ -254,13 +270,19 @@ int gui_main(int argc, char** argv) {
     }
     const auto t0 = Clock::now();
     app.poll();
-    if (ui.want_attach) {
-      ui.want_attach = false;
-      if (!app.attach(ui.picked_pid, &err)) app.error = err;
-    }
-    if (ui.want_detach) {
-      ui.want_detach = false;
-      app.detach();
+    if (ui.want_attach || ui.want_detach) {
+      if (ui.want_attach && app.attach(ui.picked_pid, &err)) {
+        app.error.clear();
+        if (opt.hz) app.hz = opt.hz;  // --hz holds for every source, not only the first
+      } else if (ui.want_attach) {
+        app.error = err;
+      } else {
+        app.detach();
+      }
+      ui.want_attach = ui.want_detach = false;
+      ui.selected_span = -1;  // an index into the previous source's spans
+      title = "freeway-inspect - " + (app.label.empty() ? std::string("processes") : app.label);
+      glfwSetWindowTitle(win, title.c_str());
     }
     ImGui_ImplOpenGL3_NewFrame();
     ImGui_ImplGlfw_NewFrame();

@@ -11,7 +11,7 @@
 
 namespace fwi {
 
-void draw_picker(App&, UiState& ui, Rect r) {
+void draw_picker(App& app, UiState& ui, Rect r) {
   static std::vector<ProcessEntry> procs;
   static std::chrono::steady_clock::time_point next{};
   const auto now = std::chrono::steady_clock::now();
@@ -25,6 +25,11 @@ void draw_picker(App&, UiState& ui, Rect r) {
   }
   ImGui::TextUnformatted("Processes publishing freeway telemetry");
   ImGui::TextDisabled("Start one with FREEWAY_TELEMETRY=1 LD_PRELOAD=libfreeway.so PROGRAM, or call fw_telemetry_start().");
+  if (!app.error.empty()) {  // the last attach that failed (the process exited, another user's, no telemetry)
+    ImGui::PushStyleColor(ImGuiCol_Text, IM_COL32(240, 110, 100, 255));
+    ImGui::TextWrapped("%s", app.error.c_str());
+    ImGui::PopStyleColor();
+  }
   ImGui::Spacing();
   if (procs.empty()) {
     ImGui::TextDisabled("none yet: this list refreshes every second");

@@ -132,7 +132,8 @@ void draw_span_map(App& app, UiState& ui, Rect r) {
   // The area left in the window, less the scrollbar, decides the fit.
   const float gutter = 34.0f;
   const ImVec2 area = ImGui::GetContentRegionAvail();
-  const float width = area.x - gutter - ImGui::GetStyle().ScrollbarSize, height = area.y;
+  // At least one cell: a minimized or very narrow window gives negative sizes.
+  const float width = std::max(area.x - gutter - ImGui::GetStyle().ScrollbarSize, 24.0f), height = std::max(area.y, 24.0f);
   ImGui::BeginChild("cells", ImVec2(0, 0), false, ImGuiWindowFlags_AlwaysVerticalScrollbar);
   ImGui::PushStyleVar(ImGuiStyleVar_ItemSpacing, ImVec2(0, 0));  // rows exactly `cell` apart
   float cell = ui.cell;

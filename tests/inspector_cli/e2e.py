@@ -431,6 +431,12 @@ def case_gui_live_screenshot():
     # The child's heap has small spans in several states, large runs and
     # unused address space: at least three state colours, each in 400+ pixels.
     check_png(png, 3)
+    # A screenshot that cannot be written whole (a full device): an error and
+    # exit 2, not a success line over a truncated file.
+    code, out, err = xvfb(c.pid, "--screenshot", "/dev/full", "--frames", "2", "--size", "640x400")
+    if code != 2 or "cannot write /dev/full" not in err or "start to first frame" in out:
+        fail(f"screenshot to /dev/full: exit {code}\nstdout: {out}\nstderr: {err}")
+    print("ok: screenshot to a full device ->", err.strip().splitlines()[-1])
     c.exit()
 
 
