@@ -4,6 +4,8 @@
 #   gui.live_screenshot    a screenshot of a live process; check_screenshot finds
 #                          at least three span-state colours (400+ pixels each)
 #   gui.replay_screenshot  the same from a recording (--replay)
+#   replay: ...            test_gui_app: the GUI's App on a stored recording
+#                          (events shown after a scrub, the replay rate)
 #   gui.windows_recording  a recording made on Windows (tests/inspector_cli/
 #                          windows.fwrec) replays in the CLI and the GUI
 #   gui.errors             dead pid, missing recording, bad arguments, and no
@@ -16,6 +18,13 @@ if(TARGET freeway-inspect AND TARGET telemetry_child AND TARGET fwi_gui)
   if(NOT FW_XVFB_RUN)
     message(FATAL_ERROR "The GUI's tests need xvfb-run (Debian packages xvfb and xauth; `make test` installs them).")
   endif()
+  # The GUI's source of snapshots on a stored recording (no window).
+  add_executable(test_gui_app gui/test_app.cpp $<TARGET_OBJECTS:fw_test_main>)
+  target_include_directories(test_gui_app PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
+  target_compile_definitions(test_gui_app PRIVATE FW_TEST_SOURCE_DIR="${CMAKE_CURRENT_SOURCE_DIR}"
+                                                  FW_TEST_BINARY_DIR="${CMAKE_CURRENT_BINARY_DIR}")
+  target_link_libraries(test_gui_app PRIVATE fwi_gui doctest::doctest)
+  doctest_discover_tests(test_gui_app PROPERTIES TIMEOUT 60 LABELS inspector)
   add_executable(check_screenshot gui/check_screenshot.cpp)
   target_include_directories(check_screenshot PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
   target_link_libraries(check_screenshot PRIVATE fwi_model PkgConfig::FWI_STB)

@@ -2,6 +2,7 @@
 #include "inspector/gui/app.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace fwi {
@@ -32,6 +33,7 @@ bool App::attach(uint64_t p, std::string* err) {
   auto s = std::make_shared<const Snapshot>(std::move(first));
   history.add(*s, derive(*s));
   add_events(*s);
+  latest_ = s;
   show(s);
   snapshots_taken = 1;
   next_poll_ = Clock::now() + std::chrono::microseconds(1000000 / hz);
@@ -69,9 +71,13 @@ bool App::open_replay(const std::string& path, std::string* err) {
   frames_ = std::move(frames);
   pid = frames_.front()->pid;
   label = "recording " + path + " (process " + std::to_string(pid) + ", " + frames_.front()->exe + ")";
-  hz = unsigned(std::clamp<uint64_t>(frames_.front()->hz, 1, 60));
   history = History(frames_.size(), 0);  // every sample; the frames are the keyframes
   for (const auto& f : frames_) history.add(*f, derive(*f));
+  // Played at the rate it was recorded (record --hz), not the process's
+  // publishing rate the frames carry, when the frames tell it.
+  const double span_s = frames_.size() > 1 ? derive(*frames_.back()).time_s - derive(*frames_.front()).time_s : 0;
+  const double rate = span_s > 0 ? double(frames_.size() - 1) / span_s : double(frames_.front()->hz);
+  hz = unsigned(std::clamp(std::lround(rate), 1l, 60l));
   attached_at = Clock::now();
   cursor = 0;
   paused = false;
@@ -92,6 +98,7 @@ void App::detach() {
   history.clear();
   cursor = 0;
   current.reset();
+  latest_.reset();
   figures = Figures();
   violations.clear();
   events.clear();
@@ -109,6 +116,16 @@ void App::show(std::shared_ptr<const Snapshot> s) {
 void App::add_events(const Snapshot& s) {
   for (const fwt_event& e : s.events) events.push_back(describe_event(e, s.process.start_ns));
   while (events.size() > kMaxEventLines) events.pop_front();
+}
+
+// The event log as playing up to `frame` would have left it: the events of
+// frames 0..frame, the last kMaxEventLines of them (a scrub backwards must not
+// show later events, nor one forwards leave out the frames skipped).
+void App::replay_events_to(size_t frame) {
+  events.clear();
+  size_t first = frame + 1, lines = 0;
+  while (first > 0 && lines < kMaxEventLines) lines += frames_[--first]->events.size();
+  for (size_t i = first; i <= frame; i++) add_events(*frames_[i]);
 }
 
 double App::seconds_to_next_poll() const {
@@ -153,6 +170,7 @@ bool App::poll() {
   Figures f = derive(*snap);
   history.add(*snap, f);
   add_events(*snap);
+  latest_ = snap;
   last_take_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   if (!paused) {
     cursor = history.size() - 1;
@@ -172,11 +190,15 @@ void App::set_paused(bool p) {
 
 void App::set_cursor(size_t i) {
   if (history.size() == 0) return;
+  const size_t was = cursor;
   cursor = std::min(i, history.size() - 1);
   if (kind == SourceKind::replay) {
+    if (cursor != was) replay_events_to(cursor);
     show(frames_[cursor]);
   } else {
-    auto s = history.snapshot_near(cursor);
+    // The newest sample is the last snapshot itself (after the process
+    // exited, nothing newer will come to replace a keyframe near it).
+    auto s = cursor == history.size() - 1 && latest_ ? latest_ : history.snapshot_near(cursor);
     if (s && s != current) show(s);
   }
 }

@@ -72,8 +72,10 @@ class App {
  private:
   void show(std::shared_ptr<const Snapshot> s);
   void add_events(const Snapshot& s);
+  void replay_events_to(size_t frame);
   std::unique_ptr<Segment> segment_;
   std::vector<std::shared_ptr<const Snapshot>> frames_;  // replay: every frame
+  std::shared_ptr<const Snapshot> latest_;               // live: the last snapshot taken
   Clock::time_point next_poll_{};
 };
 

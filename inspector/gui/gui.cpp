@@ -12,6 +12,8 @@
 #include "inspector/gui/gui.h"
 
 #define GLFW_INCLUDE_NONE
+#include <sys/stat.h>
+
 #include <GLFW/glfw3.h>
 #include <GL/gl.h>
 #include <backends/imgui_impl_glfw.h>
@@ -190,7 +192,9 @@ bool write_png(const std::string& path, int w, int h, std::string* err) {
   if (f != nullptr && std::fclose(f) != 0) ok = false;
   if (!ok) {
     *err = "cannot write " + path + ": " + std::strerror(errno ? errno : EIO);
-    if (f != nullptr) std::remove(path.c_str());  // no truncated PNG left behind
+    // No truncated PNG left behind: a regular file only (never a device such as /dev/full).
+    struct stat st;
+    if (f != nullptr && stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) std::remove(path.c_str());
     return false;
   }
   return true;
