@@ -376,14 +376,23 @@ TEST_CASE("a thread dropping a big heap in random order gets a chain budget that
   fw_collect();
 }
 
+namespace {
+// A thread that allocates n blocks of `size` bytes into *blocks and exits: its
+// LAB, parked with its spans (lab.h), is returned.
+Lab* park_a_lab(std::vector<void*>* blocks, int n, size_t size) {
+  Lab* lab = nullptr;
+  std::thread([&] {
+    for (int i = 0; i < n; i++) blocks->push_back(fw_malloc(size));
+    lab = lab_current();
+  }).join();
+  return lab;
+}
+}  // namespace
+
 TEST_CASE("a thread's LAB is parked at exit with its spans, and the next thread takes it whole: its frees of the blocks it was handed are owner frees") {
   fw_collect();  // no LAB parked from earlier cases
   std::vector<void*> handed;
-  Lab* dead = nullptr;
-  std::thread([&] {
-    for (int i = 0; i < 3000; i++) handed.push_back(fw_malloc(200));
-    dead = lab_current();
-  }).join();
+  Lab* dead = park_a_lab(&handed, 3000, 200);
   CHECK(dead->kind.load() == kLabParked);
   CHECK(lab_parked_count() == 1);
   for (void* p : handed) {
@@ -415,11 +424,7 @@ TEST_CASE("a parked LAB not taken within kParkedNs is flushed when the heap grow
   REQUIRE(option(Option::peak_sample) == 0);
   fw_free(fw_malloc(16));  // this thread's LAB bound: the exiting thread's parks
   std::vector<void*> v;
-  Lab* parked = nullptr;
-  std::thread([&] {
-    for (int i = 0; i < 1000; i++) v.push_back(fw_malloc(100));
-    parked = lab_current();
-  }).join();
+  Lab* parked = park_a_lab(&v, 1000, 100);
   REQUIRE(parked->kind.load() == kLabParked);
   std::this_thread::sleep_for(std::chrono::nanoseconds(kParkedNs + kParkedNs / 2));
   // More than kParkedCheckEvery spans from the span-pool: blocks of 16 KiB
@@ -449,11 +454,7 @@ TEST_CASE("a parked LAB not taken within kParkedNs is flushed at the next thread
   });
   while (early.load() == nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   std::vector<void*> v;
-  Lab* parked = nullptr;
-  std::thread([&] {
-    for (int i = 0; i < 1000; i++) v.push_back(fw_malloc(100));
-    parked = lab_current();
-  }).join();
+  Lab* parked = park_a_lab(&v, 1000, 100);
   REQUIRE(parked != early);
   CHECK(parked->kind.load() == kLabParked);
   std::this_thread::sleep_for(std::chrono::nanoseconds(kParkedNs + kParkedNs / 2));
