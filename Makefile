@@ -46,7 +46,7 @@ test: deps-test
 
 # The demo workload with telemetry on, watched by freeway-inspect: the GUI
 # with a display, `freeway-inspect watch` in this terminal without one
-# (tools/demo; DEMO_SECONDS sets the length of one pass, default 60).
+# (tools/demo; DEMO_SECONDS sets the length of one pass, 6 to 86400, default 60).
 demo: deps-demo
 	$(MAKE) build
 	tools/demo $(BUILD)

@@ -702,8 +702,10 @@ int cmd_diff(int argc, char** argv) {
     std::printf("{\n  \"schema\": \"%s\",\n  \"a\": %s, \"b\": %s,\n", kDiffSchema, json_string(a.pos[0]).c_str(),
                 json_string(a.pos[1]).c_str());
     std::printf("  \"live\": [%" PRIu64 ", %" PRIu64 "], \"committed\": [%" PRIu64 ", %" PRIu64
-                "], \"rss\": [%" PRIu64 ", %" PRIu64 "], \"blowup\": [%.4f, %.4f],\n",
-                fa.live, fb.live, fa.committed, fb.committed, fa.rss, fb.rss, fa.blowup, fb.blowup);
+                "], \"reserved\": [%" PRIu64 ", %" PRIu64 "], \"rss\": [%" PRIu64 ", %" PRIu64
+                "], \"blowup\": [%.4f, %.4f],\n",
+                fa.live, fb.live, fa.committed, fb.committed, fa.reserved, fb.reserved, fa.rss, fb.rss, fa.blowup,
+                fb.blowup);
     std::printf("  \"spans\": {");
     for (unsigned st = 0; st < FWT_SPAN_STATE_COUNT; st++)
       std::printf("%s\"%s\": [%" PRIu64 ", %" PRIu64 "]", st ? ", " : "", lower(state_name(st)).c_str(),
