@@ -102,9 +102,12 @@ Reserve reserve_at(void* addr, size_t size) {
     VirtualFree(p, 0, MEM_RELEASE);
     return Reserve::kTaken;
   }
-  // ERROR_INVALID_ADDRESS: part of the range is in use; anything else (commit
-  // limit, no memory) is a refusal.
-  return GetLastError() == ERROR_INVALID_ADDRESS ? Reserve::kTaken : Reserve::kRefused;
+  // ERROR_INVALID_ADDRESS: part of the range is in use; ERROR_INVALID_PARAMETER:
+  // the range lies past the user address space (8 TiB before Windows 8.1), where
+  // a lower address may still work; anything else (commit limit, no memory) is
+  // a refusal.
+  const DWORD e = GetLastError();
+  return e == ERROR_INVALID_ADDRESS || e == ERROR_INVALID_PARAMETER ? Reserve::kTaken : Reserve::kRefused;
 }
 
 void release(void* p, size_t) {
@@ -243,7 +246,11 @@ void write_fd(int fd, const char* s, size_t n) {
 // CRT (whose getenv may allocate a converted copy). The value is kept in one
 // of a ring of buffers; the caller (options.cpp) reads it at once.
 const char* getenv(const char* name) {
-  static char values[16][512];
+  // A ring of buffers: a value stays valid until 64 more calls. The options
+  // (core/options.cpp, ten names) are read when the library loads, before
+  // another thread calls into it; were several threads to read them at once,
+  // it would take seven of them to wrap the ring under one.
+  static char values[64][512];
   static std::atomic<unsigned> next{0};
   KeepLastError keep;
   wchar_t wname[128], wvalue[512];
@@ -255,7 +262,7 @@ const char* getenv(const char* name) {
   wname[n] = 0;
   DWORD len = GetEnvironmentVariableW(wname, wvalue, DWORD(sizeof wvalue / sizeof wvalue[0]));
   if (len == 0 || len >= sizeof wvalue / sizeof wvalue[0]) return nullptr;  // unset, or too long for an option
-  char* out = values[next.fetch_add(1, std::memory_order_relaxed) % 16];
+  char* out = values[next.fetch_add(1, std::memory_order_relaxed) % 64];
   for (DWORD i = 0; i <= len; i++) out[i] = wvalue[i] < 128 ? char(wvalue[i]) : '?';
   return out;
 }
