@@ -200,12 +200,19 @@ Lab* lab_bind_thread() {
   if (lab == nullptr) lab = lab_take();
   if (lab == nullptr) return nullptr;
   lab->kind.store(kLabThread, std::memory_order_relaxed);
+  // May call malloc (pthread_setspecific past the first keys): that call finds
+  // the BUSY placeholder and is served by a transient LAB. A LAB whose
+  // thread's exit would go unseen (the registration failed: no memory for the
+  // thread's key or FLS block) would be lost with its spans at that exit: it
+  // goes back, and the thread's calls are served by transient LABs.
+  if (!os::thread_exit_register(lab)) {
+    lab_flush(lab);  // an unparked LAB's spans
+    lab_put(lab);
+    return nullptr;
+  }
   percpu_thread_bound(g_threads_live.fetch_add(1, std::memory_order_relaxed) + 1);
   g_threads_created.fetch_add(1, std::memory_order_relaxed);
   telemetry_event(FWT_EV_THREAD_START, lab->id, os::thread_self(), 0);
-  // May call malloc (pthread_setspecific past the first keys): that call finds
-  // the BUSY placeholder and is served by a transient LAB.
-  os::thread_exit_register(lab);
   return lab;
 }
 
