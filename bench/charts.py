@@ -77,7 +77,13 @@ def main():
         plt.close(fig)
         written.append(name)
 
-    sweeps = [b for b in benches if b["xlabel"] == "threads" and len(b["configs"]) > 1]
+    # Thread sweeps of operations per second: only the benchmarks that report
+    # them (idle-threads and lb-falseshare print none; drawn, every point of
+    # theirs would be marked a failed run).
+    def reports_ops(b):
+        return b["kind"] == "throughput" or any(
+            e.get("ops_per_sec") is not None for c in b["configs"] for e in c["allocators"].values())
+    sweeps = [b for b in benches if b["xlabel"] == "threads" and len(b["configs"]) > 1 and reports_ops(b)]
     for b in sweeps:
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         thread_axes(ax, b, allocs)
