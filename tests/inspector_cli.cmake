@@ -29,6 +29,6 @@ if(TARGET freeway-inspect)
   endforeach()
   # `list` prunes every stale segment in /dev/shm, including the one
   # test_telemetry leaves on purpose (SIGKILL) and then checks for.
-  set_tests_properties(inspector_cli.stale_pruned inspector_cli.exec_without_freeway
+  set_tests_properties(inspector_cli.stale_pruned inspector_cli.exec_without_freeway inspector_cli.orphaned_leader
                        PROPERTIES RESOURCE_LOCK freeway_stale_segments)
 endif()

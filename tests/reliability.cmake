@@ -36,7 +36,10 @@ endforeach()
 # runs again with FREEWAY_SECURE=1. (The bugs only secure mode catches are in
 # test_secure.)
 if(TARGET test_misuse)
-  doctest_discover_tests(test_misuse TEST_PREFIX "secure_mode."
+  # EXTRA_ARGS of its own: with the same (none), this call's list of cases would
+  # overwrite the default mode's (doctest names the file by them), and the
+  # default mode's cases would never run one by one.
+  doctest_discover_tests(test_misuse TEST_PREFIX "secure_mode." EXTRA_ARGS --no-intro=true
                          PROPERTIES TIMEOUT ${FW_RELIABILITY_TIMEOUT} LABELS override ENVIRONMENT FREEWAY_SECURE=1)
 endif()
 

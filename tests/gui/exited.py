@@ -31,7 +31,8 @@ p = subprocess.run([os.environ["FW_XVFB_RUN"], "-a", "-s", "-screen 0 1280x800x2
                     "--screenshot", png, "--frames", "160", "--size", "1280x800"],
                    capture_output=True, text=True, timeout=120)
 child.stdout.read()
-child.wait(timeout=60)
+if child.wait(timeout=60) != 0:
+    sys.exit(f"FAIL: freeway-demo exited with status {child.returncode}")
 print(p.stdout.strip())
 if p.returncode != 0 or "the process exited" not in p.stdout:
     sys.exit(f"FAIL: exit {p.returncode}, stdout {p.stdout!r}, stderr {p.stderr!r}")

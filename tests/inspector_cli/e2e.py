@@ -181,7 +181,8 @@ def case_check():
     one_line_error(["check", c.pid, "--max-committed", "lots"], "--max-committed")
     one_line_error(["check", c.pid, "--max-blowup", "-1"], "--max-blowup")
     one_line_error(["check", c.pid, "--frobnicate"], "unknown option")
-    c.exit()
+    if c.exit() != 0:
+        fail(f"the child exited with status {c.p.returncode}")
 
 
 def case_record_replay_diff():
@@ -225,7 +226,8 @@ def case_record_replay_diff():
     print(f"ok: diff live +{grew}")
     # The last frame of the recording is a source for snapshot and check too.
     run("check", rec, "--max-blowup", "1000", expect=0)
-    c.exit()
+    if c.exit() != 0:
+        fail(f"the child exited with status {c.p.returncode}")
     # Damaged files: a clear error, never a crash.
     bad = os.path.join(TMP, "bad.fwr")
     with open(rec, "rb") as f:
@@ -271,7 +273,8 @@ def case_bad_sources():
     c = Child(telemetry=False)
     one_line_error(["snapshot", c.pid], "publishes no telemetry")
     one_line_error(["check", c.pid], "publishes no telemetry")
-    c.exit()
+    if c.exit() != 0:
+        fail(f"the child exited with status {c.p.returncode}")
     # Not a pid, not a file.
     one_line_error(["snapshot", "not-a-pid"], "neither a process id nor a file")
     one_line_error(["watch", "12abc"], "not a process id")
@@ -366,9 +369,13 @@ def case_watch():
         fail(f"watch: events listed per view {listed}, expected some in each of 3: {out[-600:]}")
     # watch follows the process to its end and says so.
     p = subprocess.Popen([INSPECT, "watch", str(c.pid), "--hz", "10"], stdout=subprocess.PIPE, text=True)
-    time.sleep(0.5)
-    c.exit()
+    first = p.stdout.readline()  # attached and showing (a fixed sleep raced a slow start)
+    if not first:
+        fail("watch printed nothing before the child exited")
+    if c.exit() != 0:
+        fail(f"the child exited with status {c.p.returncode}")
     out, _ = p.communicate(timeout=20)
+    out = first + out
     if p.returncode != 0 or "has exited" not in out:
         fail(f"watch after the process exited: exit {p.returncode}: {out[-300:]}")
     print("ok: watch (3 views; reports the exit)")
@@ -437,7 +444,8 @@ def case_gui_live_screenshot():
     if code != 2 or "cannot write /dev/full" not in err or "start to first frame" in out:
         fail(f"screenshot to /dev/full: exit {code}\nstdout: {out}\nstderr: {err}")
     print("ok: screenshot to a full device ->", err.strip().splitlines()[-1])
-    c.exit()
+    if c.exit() != 0:
+        fail(f"the child exited with status {c.p.returncode}")
 
 
 def replay_screenshot(rec, name, what):
@@ -456,7 +464,8 @@ def case_gui_replay_screenshot():
     c.settle()
     rec = os.path.join(TMP, "r.fwr")
     run("record", c.pid, "-o", rec, "--hz", "20", "--seconds", "1", expect=0)
-    c.exit()
+    if c.exit() != 0:
+        fail(f"the child exited with status {c.p.returncode}")
     replay_screenshot(rec, "replay.png", "GUI replay screenshot")
 
 
@@ -489,7 +498,8 @@ def case_gui_errors():
     if q.returncode != 2 or len(lines) != 1 or "cannot open a window" not in lines[0]:
         fail(f"GUI without a display: exit {q.returncode}, stderr {q.stderr!r}")
     print("ok: no display ->", lines[0])
-    c.exit()
+    if c.exit() != 0:
+        fail(f"the child exited with status {c.p.returncode}")
 
 
 globals()["case_" + CASE]()
