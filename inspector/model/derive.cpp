@@ -138,6 +138,7 @@ Figures derive(const Snapshot& s) {
     if (sp.state == FWT_SPAN_HOT) x.spans_hot++;
     if (sp.state == FWT_SPAN_FULL) x.spans_full++;
     if (sp.state == FWT_SPAN_PARTIAL) x.spans_partial++;
+    x.block_slots += sp.capacity;
     if (sp.capacity != 0) {
       uint64_t b = used * kOccupancyBuckets / sp.capacity;
       if (b >= kOccupancyBuckets) b = kOccupancyBuckets - 1;
@@ -157,13 +158,24 @@ Figures derive(const Snapshot& s) {
 
   for (size_t c = 0; c < nclass; c++) {
     ClassFigures& x = cf[c];
-    uint64_t spans = x.spans_hot + x.spans_full + x.spans_partial;
-    uint64_t slots = spans * x.capacity;
-    x.fullness = slots != 0 ? double(x.live_blocks) / double(slots) : 0.0;
+    x.fullness = x.block_slots != 0 ? double(x.live_blocks) / double(x.block_slots) : 0.0;
     if (has_span[c] || x.allocs != 0) f.classes.push_back(x);
   }
   return f;
 }
+
+namespace {
+// The allocator's reuse threshold of a span of `capacity` blocks
+// (core/span.cpp reuse_threshold: percent as a 16.16 fraction, rounded up, at
+// least 1), from the span's own capacity: a span with a guard page holds
+// fewer blocks than its class's and has a lower threshold.
+uint64_t reuse_threshold_of(uint32_t capacity, uint32_t percent) {
+  const uint64_t pct = percent > 100 ? 100 : percent;
+  const uint64_t f = (pct << 16) / 100 + 1;
+  const uint64_t t = (uint64_t(capacity) * f + 0xffff) >> 16;
+  return t == 0 ? 1 : t;
+}
+}  // namespace
 
 std::vector<std::string> check_spans(const Snapshot& s) {
   std::vector<std::string> out;
@@ -199,8 +211,9 @@ std::vector<std::string> check_spans(const Snapshot& s) {
     if (sp.remote_count >= sp.carved) say(i, sp, "empty span not returned (remote_count >= carved)");
     if (sp.owner != 0) say(i, sp, "unowned span names an owner");
     if (sp.state == FWT_SPAN_FULL && sp.carved <= sp.capacity &&
-        uint64_t(sp.remote_count) + (sp.capacity - sp.carved) >= k.reuse_threshold)
-      say(i, sp, "full span at or above its class's reuse threshold (remote_count + capacity - carved)");
+        uint64_t(sp.remote_count) + (sp.capacity - sp.carved) >=
+            (s.process.reuse_percent != 0 ? reuse_threshold_of(sp.capacity, s.process.reuse_percent) : k.reuse_threshold))
+      say(i, sp, "full span at or above its reuse threshold (remote_count + capacity - carved)");
   }
   return out;
 }

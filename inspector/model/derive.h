@@ -18,7 +18,8 @@ struct ClassFigures {
   uint64_t allocs = 0, frees = 0, live_blocks = 0, live_bytes = 0;
   uint64_t spans_hot = 0, spans_full = 0, spans_partial = 0;
   uint64_t committed_bytes = 0;          // committed by the class's spans
-  double fullness = 0;                   // live blocks / (spans in use * capacity)
+  uint64_t block_slots = 0;              // blocks its spans in use hold (each span's capacity: less with a guard page)
+  double fullness = 0;                   // live blocks / block_slots
   std::array<uint32_t, kOccupancyBuckets> occupancy{};  // spans per bucket of (carved - remote_count) / capacity
 };
 
