@@ -23,10 +23,17 @@ int check_heap() {
   if (!pool_is_valid()) bad++;
   uint64_t in_use[kClassCount] = {};
   for (Lab* lab = lab_first(); lab != nullptr; lab = lab->all_next.load(std::memory_order_acquire)) {
-    if (!lab_is_valid(lab)) bad++;
+    if (!lab_is_valid(lab)) {
+      // Reported; its lists are not walked again: a corrupt link (a write
+      // after free) would be followed out of the heap. The class counts
+      // below then differ too, and say so.
+      bad++;
+      continue;
+    }
     for (unsigned i = 0; i <= lab->pending_mask && i < kPendingMax; i++) {
       const PendingChain& ch = lab->pending[i];
-      if (ch.span != nullptr) in_use[ch.span->cls.load(std::memory_order_relaxed)] -= pending_count(ch);
+      const unsigned c = ch.span != nullptr ? ch.span->cls.load(std::memory_order_relaxed) : kClassCount;
+      if (c < kClassCount) in_use[c] -= pending_count(ch);
     }
     for (unsigned c = 0; c < kClassCount; c++) {
       uint64_t n = 0;
@@ -45,7 +52,10 @@ int check_heap() {
       if (!span_is_valid(s)) bad++;
       Anchor a = Anchor::unpack(s->anchor.load(std::memory_order_acquire));
       if (a.state != kHot && a.state != kFull && a.state != kPartial) continue;
-      in_use[s->cls.load(std::memory_order_relaxed)] += s->carved.load(std::memory_order_relaxed) - a.count;
+      // The class is read apart from the state: a span recycled in between (a
+      // call made while other threads allocate) may have no class any more.
+      const unsigned c = s->cls.load(std::memory_order_relaxed);
+      if (c < kClassCount) in_use[c] += s->carved.load(std::memory_order_relaxed) - a.count;
     }
   }
   fw_stats_t st;

@@ -107,8 +107,10 @@ FW_API void fw_telemetry_stop(void);
 FW_API int fw_telemetry_active(void);
 
 /* Walks every internal structure and checks its invariants. Returns 0 when all
- * hold, or the number of violations found (each described on stderr). Meant
- * for tests and debugging: call it while no other thread allocates. */
+ * hold, or the number of structures (a thread cache, a span, the span-pool, a
+ * size class's count...) found broken, each violation described on stderr.
+ * Meant for tests and debugging: call it while no other thread allocates or
+ * frees (its figures are exact only then). */
 FW_API int fw_check_heap(void);
 
 #ifdef __cplusplus
