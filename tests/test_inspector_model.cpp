@@ -825,11 +825,17 @@ TEST_CASE("history keeps at most its bound of samples and stays within its budge
   REQUIRE(take_error(small_heap().build(), &s) == "");
   const size_t kMax = 12000, kBudget = 64 << 10;  // 64 KiB of keyframes: a few snapshots
   fwi::History h(kMax, kBudget);
+  int dropped = 0, first_drop = -1;
   for (int i = 0; i < 20000; i++) {
     s.process.time_ns = s.process.start_ns + uint64_t(i) * 50'000'000ull;  // 20 Hz
     s.process.live_bytes = uint64_t(i);
-    h.add(s, fwi::derive(s));
+    if (h.add(s, fwi::derive(s))) {  // says when the oldest went (a paused view steps back with it)
+      dropped++;
+      if (first_drop < 0) first_drop = i;
+    }
   }
+  CHECK(first_drop == int(kMax));
+  CHECK(dropped == 20000 - int(kMax));
   CHECK(h.size() == kMax);
   CHECK(h.at(0).live == 20000 - kMax);  // the oldest kept
   CHECK(h.at(kMax - 1).live == 19999);

@@ -251,9 +251,43 @@ bool take_any(const std::string& word, Snapshot* s, std::string* err) {
 // ---------------------------------------------------------------------------
 // Output helpers
 
+// The length of the well-formed UTF-8 sequence at s[i] (RFC 3629: no
+// overlongs, surrogates or code points past U+10FFFF), 0 if there is none.
+size_t utf8_length(const std::string& s, size_t i) {
+  const auto at = [&](size_t k) { return k < s.size() ? static_cast<unsigned char>(s[k]) : 0u; };
+  const unsigned c = at(i);
+  const auto cont = [&](size_t k) { return (at(k) & 0xC0u) == 0x80u; };
+  if (c >= 0xC2 && c <= 0xDF) return cont(i + 1) ? 2 : 0;
+  if (c >= 0xE0 && c <= 0xEF) {
+    const unsigned d = at(i + 1);
+    if ((c == 0xE0 && d < 0xA0) || (c == 0xED && d > 0x9F)) return 0;
+    return cont(i + 1) && cont(i + 2) ? 3 : 0;
+  }
+  if (c >= 0xF0 && c <= 0xF4) {
+    const unsigned d = at(i + 1);
+    if ((c == 0xF0 && d < 0x90) || (c == 0xF4 && d > 0x8F)) return 0;
+    return cont(i + 1) && cont(i + 2) && cont(i + 3) ? 4 : 0;
+  }
+  return 0;
+}
+
+// A JSON string: escaped, and valid UTF-8 whatever the bytes (a program name
+// cut at FWT_EXE_MAX bytes, or not UTF-8 at all): a byte that starts no
+// well-formed sequence becomes U+FFFD.
 std::string json_string(const std::string& s) {
   std::string o = "\"";
-  for (unsigned char c : s) {
+  for (size_t i = 0; i < s.size(); i++) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {
+      const size_t n = utf8_length(s, i);
+      if (n == 0) {
+        o += "\\ufffd";
+      } else {
+        o.append(s, i, n);
+        i += n - 1;
+      }
+      continue;
+    }
     switch (c) {
       case '"': o += "\\\""; break;
       case '\\': o += "\\\\"; break;

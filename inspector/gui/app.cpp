@@ -168,7 +168,9 @@ bool App::poll() {
   snapshots_taken++;
   auto snap = std::make_shared<const Snapshot>(std::move(s));
   Figures f = derive(*snap);
-  history.add(*snap, f);
+  // Paused with the history full: the oldest sample goes, and the cursor must
+  // step back with the sample it shows (at 0, the one it showed is gone).
+  if (history.add(*snap, f) && paused && cursor > 0) cursor--;
   add_events(*snap);
   latest_ = snap;
   last_take_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();

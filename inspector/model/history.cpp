@@ -39,7 +39,7 @@ size_t snapshot_bytes(const Snapshot& s) {
 History::History(size_t max_samples, size_t keyframe_budget_bytes)
     : max_samples_(max_samples == 0 ? 1 : max_samples), budget_(keyframe_budget_bytes) {}
 
-void History::add(const Snapshot& snap, const Figures& fig) {
+bool History::add(const Snapshot& snap, const Figures& fig) {
   Sample s;
   s.time_s = fig.time_s;
   s.live = fig.live;
@@ -49,7 +49,11 @@ void History::add(const Snapshot& snap, const Figures& fig) {
   s.blowup = fig.blowup;
   s.spans_by_state = fig.spans_by_state;
   samples_.push_back(s);
-  while (samples_.size() > max_samples_) samples_.pop_front();
+  bool dropped = false;
+  while (samples_.size() > max_samples_) {
+    samples_.pop_front();
+    dropped = true;
+  }
 
   // A keyframe at most every kKeyframeEvery seconds (a time that goes back,
   // as in a replay of another recording, starts a new series).
@@ -73,6 +77,7 @@ void History::add(const Snapshot& snap, const Figures& fig) {
     keyframe_bytes_ -= snapshot_bytes(*keyframes_.front().second);
     keyframes_.pop_front();
   }
+  return dropped;
 }
 
 size_t History::size() const { return samples_.size(); }

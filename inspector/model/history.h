@@ -23,7 +23,9 @@ struct Sample {
 class History {
  public:
   explicit History(size_t max_samples = 20 * 60 * 12, size_t keyframe_budget_bytes = size_t(256) << 20);
-  void add(const Snapshot& snap, const Figures& fig);
+  // Returns true when the oldest sample was dropped to make room (every index
+  // then names the sample after the one it named).
+  bool add(const Snapshot& snap, const Figures& fig);
   size_t size() const;
   const Sample& at(size_t i) const;      // 0 = oldest
   // The kept full snapshot nearest to sample i (nullptr if none).

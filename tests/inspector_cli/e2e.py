@@ -260,6 +260,18 @@ def case_record_replay_diff():
         if code != 0 or "\x1b" in out + err or "telemetry?[2Jld" not in out:
             fail(f"{cmd}: exit {code}, control characters not replaced: {(out + err)[:300]!r}")
     print("ok: a FIFO is refused; control characters in a recorded name are printed as '?'")
+    # A name that is not UTF-8 (cut mid-character, or another encoding): the
+    # JSON stays valid UTF-8, the bad byte a U+FFFD.
+    with open(bad, "wb") as f:
+        f.write(data.replace(name, b"telemetry\xffchild"))
+    q = subprocess.run([INSPECT, "snapshot", bad, "--json"], capture_output=True, timeout=60)
+    try:
+        doc = json.loads(q.stdout.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        fail(f"snapshot --json of a non-UTF-8 name is not valid JSON in UTF-8: {e}")
+    if not str(doc.get("exe")).endswith("telemetry\ufffdchild"):
+        fail(f"snapshot --json exe {doc.get('exe')!r}")
+    print("ok: a non-UTF-8 program name gives valid JSON:", doc["exe"])
 
 
 def case_bad_sources():
