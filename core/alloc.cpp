@@ -9,6 +9,7 @@
 #include "core/report.h"
 #include "core/secure.h"
 #include "core/secure_heap.h"
+#include "core/stats.h"
 #include "core/telemetry.h"
 #include "platform/os.h"
 
@@ -37,11 +38,24 @@ void* alloc_transient(unsigned c) {
   return p;
 }
 
+// A large or huge block (large.h), the peak live bytes sampled every
+// kLargeSampleEvery of them: the span-pool acquisitions of small spans that
+// sample it (lab.cpp) never see large blocks, and a program that builds its
+// peak from large blocks alone would otherwise report a peak of its small ones.
+constexpr uint64_t kLargeSampleEvery = 64;
+std::atomic<uint64_t> g_large_calls{0};
+void* large_block(size_t n, size_t align, bool zero) {
+  void* p = large_alloc(n, align, zero);
+  if (p != nullptr && g_large_calls.fetch_add(1, std::memory_order_relaxed) % kLargeSampleEvery == 0)
+    stats_sample_peak();
+  return p;
+}
+
 // One secure-mode block (secure_heap.h) of class c or bigger for n bytes
 // aligned to `align`, from LAB `from` (a thread's or a transient one), formatted.
 void* secure_block(Lab* from, unsigned c, size_t n, size_t align) {
   unsigned sc = secure_class(c, n, align);
-  if (sc == kClassCount) return large_alloc(n, align, false);
+  if (sc == kClassCount) return large_block(n, align, false);
   void* p = lab_refill(from, sc);
   if (p != nullptr) secure_format(p, class_block_size(sc), n);
   return p;
@@ -115,7 +129,7 @@ void* malloc_slow(Lab* lab, unsigned c, size_t n) {
 
 void* malloc_medium_or_large(size_t n) {
   if (n <= kSmallMax) return alloc_class(class_of_medium(n), n);
-  void* p = large_alloc(n, kMinAlign, false);
+  void* p = large_block(n, kMinAlign, false);
   if (p == nullptr) alloc_out_of_memory(n);
   return p;
 }
@@ -131,7 +145,7 @@ void* fw_alloc_zeroed(size_t count, size_t n) {
     if (p != nullptr) std::memset(p, 0, kCallocZeroesUsable ? fw_usable(p) : total);
     return p;
   }
-  void* p = large_alloc(total, kMinAlign, true);
+  void* p = large_block(total, kMinAlign, true);
   if (p == nullptr) alloc_out_of_memory(total);
   return p;
 }
@@ -149,7 +163,7 @@ void* fw_alloc_aligned(size_t align, size_t n) {
     }
     if (c < kClassCount) return alloc_class(c, n);
   }
-  void* p = large_alloc(n, align, false);
+  void* p = large_block(n, align, false);
   if (p == nullptr) alloc_out_of_memory(n);
   return p;
 }
