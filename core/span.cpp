@@ -92,18 +92,19 @@ void follow_up(Span* s, After after, unsigned cls) {
 }  // namespace
 
 uint32_t reuse_threshold(uint32_t capacity) {
-  // percent / 100 as a 16.16 fraction, computed once: a multiply and a shift
-  // per call instead of a division (this runs on every remote free).
-  static std::atomic<uint32_t> fraction{0};
-  uint32_t f = fraction.load(std::memory_order_relaxed);
-  if (f == 0) {
-    int64_t pct = option(Option::reuse_percent);
-    if (pct < 1) pct = 1;
-    if (pct > 100) pct = 100;
-    f = uint32_t((uint64_t(pct) << 16) / 100 + 1);
-    fraction.store(f, std::memory_order_relaxed);
+  // ceil(capacity * percent / 100), at least 1: exactly the percent the
+  // option names (a 16.16 fraction rounded up made it one block more
+  // whenever the product was whole: 2 of 4 blocks at 25%). The percent is
+  // read once; the division by the constant 100 is a multiply and a shift
+  // (this runs on every remote free).
+  static std::atomic<uint32_t> percent{0};
+  uint32_t pct = percent.load(std::memory_order_relaxed);
+  if (pct == 0) {
+    int64_t o = option(Option::reuse_percent);
+    pct = uint32_t(o < 1 ? 1 : o > 100 ? 100 : o);
+    percent.store(pct, std::memory_order_relaxed);
   }
-  uint32_t t = uint32_t((uint64_t(capacity) * f + 0xffff) >> 16);
+  uint32_t t = uint32_t((uint64_t(capacity) * pct + 99) / 100);
   return t == 0 ? 1 : t;
 }
 

@@ -752,7 +752,7 @@ TEST_CASE("check_spans accepts a secure-mode span whose last page is its guard p
 
 TEST_CASE("check_spans flags a FULL span above its reuse threshold, unless UNSTABLE") {
   SegmentBuilder sb = small_heap();
-  sb.spans[1].remote_count = 1025;  // 1025 + (4096 - 4096) >= reuse threshold 1025 (core/span.cpp, 25%)
+  sb.spans[1].remote_count = 1024;  // 1024 + (4096 - 4096) >= reuse threshold 1024 (25% of 4096)
   fwi::Snapshot s;
   REQUIRE(take_error(sb.build(), &s) == "");
   auto v = fwi::check_spans(s);
@@ -767,19 +767,19 @@ TEST_CASE("check_spans flags a FULL span above its reuse threshold, unless UNSTA
 TEST_CASE("a span with a guard page is held to its own reuse threshold and counts its own capacity in fullness") {
   // Class 0: 16-byte blocks, 4096 to a 64 KiB span, reuse threshold 1024 at
   // 25%. With a 4 KiB guard page a span holds 3840, and the allocator's
-  // threshold for it is 961 (core/span.cpp reuse_threshold).
+  // threshold for it is 960 (core/span.cpp reuse_threshold).
   SegmentBuilder sb = small_heap();
   sb.spans[1].flags |= FWT_SPAN_GUARD;
   sb.spans[1].capacity = 3840;
   sb.spans[1].carved = 3840;
-  sb.spans[1].remote_count = 1000;  // past 961, short of the class's 1024
+  sb.spans[1].remote_count = 1000;  // past 960, short of the class's 1024
   fwi::Snapshot s;
   REQUIRE(take_error(sb.build(), &s) == "");
   auto v = fwi::check_spans(s);
   REQUIRE(v.size() == 1);
   CHECK(v[0].find("span 1 (FULL, class 0)") == 0);
   CHECK(v[0].find("reuse threshold") != std::string::npos);
-  sb.spans[1].remote_count = 960;  // below it: sound
+  sb.spans[1].remote_count = 959;  // below it: sound
   REQUIRE(take_error(sb.build(), &s) == "");
   CHECK(fwi::check_spans(s).empty());
   // Fullness: live blocks over the blocks its spans hold, 4096 + 3840.

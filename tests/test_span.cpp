@@ -5,6 +5,7 @@
 
 #include "core/arena.h"
 #include "core/lab.h"
+#include "core/options.h"
 #include "core/reusable.h"
 #include "core/secure.h"
 #include "core/size_class.h"
@@ -34,6 +35,17 @@ std::vector<void*> hot_span_all_carved(Span*& s, unsigned c) {
 }
 
 }  // namespace
+
+TEST_CASE("a span's reuse threshold is exactly FREEWAY_REUSE_PERCENT of its blocks, rounded up") {
+  REQUIRE(option(Option::reuse_percent) == 25);  // the default
+  CHECK(reuse_threshold(4) == 1);  // the 64 KiB blocks' class: one free block of four
+  CHECK(reuse_threshold(8) == 2);
+  CHECK(reuse_threshold(4096) == 1024);
+  CHECK(reuse_threshold(3) == 1);  // 0.75, up
+  CHECK(reuse_threshold(5) == 2);  // 1.25, up
+  CHECK(reuse_threshold(3840) == 960);
+  CHECK(reuse_threshold(1) == 1);
+}
 
 TEST_CASE("anchor packs and unpacks every field") {
   Anchor a{65536, 65536, kPartial, true, (1u << 26) - 1};

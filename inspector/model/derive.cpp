@@ -166,13 +166,12 @@ Figures derive(const Snapshot& s) {
 
 namespace {
 // The allocator's reuse threshold of a span of `capacity` blocks
-// (core/span.cpp reuse_threshold: percent as a 16.16 fraction, rounded up, at
-// least 1), from the span's own capacity: a span with a guard page holds
-// fewer blocks than its class's and has a lower threshold.
+// (core/span.cpp reuse_threshold: ceil(capacity * percent / 100), at least
+// 1), from the span's own capacity: a span with a guard page holds fewer
+// blocks than its class's and has a lower threshold.
 uint64_t reuse_threshold_of(uint32_t capacity, uint32_t percent) {
   const uint64_t pct = percent > 100 ? 100 : percent;
-  const uint64_t f = (pct << 16) / 100 + 1;
-  const uint64_t t = (uint64_t(capacity) * f + 0xffff) >> 16;
+  const uint64_t t = (uint64_t(capacity) * pct + 99) / 100;
   return t == 0 ? 1 : t;
 }
 }  // namespace
