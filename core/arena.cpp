@@ -63,10 +63,14 @@ uintptr_t zone_pick() {
     uintptr_t z = (uintptr_t(1) << shift) + uintptr_t((r % slots) << kRegionShift);
     os::Reserve got = os::reserve_at(reinterpret_cast<void*>(z), kSliceBytes);
     if (got == os::Reserve::kDone) return z;
-    if (got == os::Reserve::kRefused) return 0;
+    // Refused: past the address space of a smaller machine (a 39-bit arm64
+    // kernel gives ENOMEM at 2^45), or a limit (RLIMIT_AS); the lower
+    // candidates are for the first case, and cost one call each in the second.
   }
   return 0;
 }
+
+constexpr uint32_t kSliceLost = 2;  // Region::slice_ready: another mapping holds the slice's place
 
 // Makes the descriptor slice of id r usable: reserved (zone: once per id) and
 // committed. Region 0's slice is the one zone_pick reserved with the table:
@@ -74,9 +78,14 @@ uintptr_t zone_pick() {
 // published may get id 0 before the thread that published it sets the flag.
 bool slice_ready(uint32_t r, Span* slice) {
   Region& reg = g_regions[r];
-  if (zone_mode() && r != 0 && reg.slice_ready.load(std::memory_order_relaxed) == 0) {
+  if (zone_mode() && r != 0 && reg.slice_ready.load(std::memory_order_relaxed) != 1) {
     // The id is ours alone until published, so no other thread reserves it.
-    if (os::reserve_at(slice, kSliceBytes) != os::Reserve::kDone) return false;
+    const os::Reserve got = os::reserve_at(slice, kSliceBytes);
+    if (got != os::Reserve::kDone) {
+      // Taken by another mapping: the id is retired (region_new).
+      if (got == os::Reserve::kTaken) reg.slice_ready.store(kSliceLost, std::memory_order_relaxed);
+      return false;
+    }
     reg.slice_ready.store(1, std::memory_order_relaxed);
     g_reserved.fetch_add(kSliceBytes, std::memory_order_relaxed);
   }
@@ -185,15 +194,23 @@ void* region_place(size_t size, size_t align, uintptr_t prefer) {
 // map covers, and publishes them as a region of the given kind. Returns its id,
 // or kNoIndex with everything given back.
 uint32_t region_new(size_t size, size_t align, RegionKind kind) {
-  uint32_t r = region_id_alloc();
-  if (r == kNoIndex) return kNoIndex;
-  // A recycled id remembers where its last region was.
-  uintptr_t prefer = r < g_region_next.load(std::memory_order_relaxed) ? g_regions[r].base.load(std::memory_order_relaxed) : 0;
-  void* base = region_place(size, align, prefer);
-  uintptr_t b = reinterpret_cast<uintptr_t>(base);
-  if (base != nullptr && ((b + size - 1) >> kAddressBits) == 0 && region_publish(r, b, size, kind)) return r;
-  if (base != nullptr) os::release(base, size);
-  g_free_region_ids.push(r);
+  // An id whose table slice cannot be reserved (zone mode: another mapping
+  // took its place) is retired, not recycled, or every later region would
+  // take it first and fail the same way: the next id is tried instead.
+  for (unsigned attempt = 0; attempt < 8; attempt++) {
+    uint32_t r = region_id_alloc();
+    if (r == kNoIndex) return kNoIndex;
+    // A recycled id remembers where its last region was.
+    uintptr_t prefer = r < g_region_next.load(std::memory_order_relaxed) ? g_regions[r].base.load(std::memory_order_relaxed) : 0;
+    void* base = region_place(size, align, prefer);
+    uintptr_t b = reinterpret_cast<uintptr_t>(base);
+    if (base != nullptr && ((b + size - 1) >> kAddressBits) == 0 && region_publish(r, b, size, kind)) return r;
+    if (base != nullptr) os::release(base, size);
+    if (g_regions[r].slice_ready.load(std::memory_order_relaxed) != kSliceLost) {
+      g_free_region_ids.push(r);
+      return kNoIndex;
+    }
+  }
   return kNoIndex;
 }
 

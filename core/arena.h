@@ -51,7 +51,7 @@ enum RegionKind : uint32_t { kRegionUnused = 0, kRegionArena = 1, kRegionHuge = 
 struct Region {
   std::atomic<uintptr_t> base;
   std::atomic<uint64_t> size;        // bytes reserved from base; an arena region's only grows
-  std::atomic<uint32_t> slice_ready;  // its descriptor slice is reserved (kept when the id is recycled)
+  std::atomic<uint32_t> slice_ready;  // 1: its descriptor slice is reserved (kept when the id is recycled); 2: it cannot be (id retired)
   std::atomic<uint32_t> kind;
   std::atomic<uint32_t> next_vspan;  // arena: bump index of the first vspan never handed out
   std::atomic<uint32_t> inited;      // descriptors of its slice initialised so far (kept when the id is recycled)

@@ -171,6 +171,33 @@ TEST_CASE("decommitted pages read as zero even when they were locked") {
   os::release(p, n);
 }
 
+TEST_CASE("a region id whose table slice another mapping took is retired, and the next ids serve") {
+  REQUIRE(arena_init());
+  if (!arena_zoned()) {
+    MESSAGE("no zone (the table is reserved whole): not run");
+    return;
+  }
+  fw_free(fw_malloc(16));  // region 0, whose slice came with the table
+  // Another mapping where the next region id's descriptor slice goes (a JIT
+  // that picks its own addresses could land there).
+  const uint32_t next = arena_region_count();
+  REQUIRE(next >= 1);
+  void* at = &g_spans.load()[size_t(next) * kVspansPerRegion];
+  const size_t slice = size_t(kVspansPerRegion) * sizeof(Span);
+  // (Or another mapping is there already, which is the same case.)
+  const os::Reserve placed = os::reserve_at(at, slice);
+  REQUIRE(placed != os::Reserve::kRefused);
+  std::vector<uint32_t> got;
+  for (int i = 0; i < 3; i++) {
+    uint32_t r = arena_huge_reserve(kRegionSize, kRegionSize);
+    CHECK(r != kNoIndex);
+    if (r != kNoIndex) got.push_back(r);
+  }
+  for (uint32_t r : got) CHECK(r != next);
+  for (uint32_t r : got) arena_huge_release(r);
+  if (placed == os::Reserve::kDone) os::release(at, slice);
+}
+
 TEST_CASE("impossible huge sizes are refused without touching the map") {
   REQUIRE(arena_init());
   CHECK(arena_huge_reserve(size_t(1) << 62, kRegionSize) == kNoIndex);
