@@ -36,8 +36,8 @@ std::atomic<bool> g_loaded{false};
 // Parses a decimal integer, with an optional sign; false on anything else.
 bool parse_int(const char* s, int64_t* out) {
   bool neg = false;
-  if (*s == '-') {
-    neg = true;
+  if (*s == '-' || *s == '+') {
+    neg = *s == '-';
     s++;
   }
   if (*s == 0) return false;

@@ -58,7 +58,10 @@ FW_API int fw_owns(const void* p);
 FW_API void fw_collect(void);
 
 /* 1 when the caches are per CPU (Linux rseq; FREEWAY_PERCPU), 0 when they are
-   per thread. The mode is chosen once, at the first allocation. */
+   per thread, now. FREEWAY_PERCPU=1 or 0 fixes the mode at the first
+   allocation (or at this call, if it comes first); with the default, 2, the
+   process starts per thread and may switch to per CPU later, so a later call
+   can answer 1 where an earlier one answered 0. */
 FW_API int fw_caches_per_cpu(void);
 
 #define FW_SIZE_CLASS_MAX 64
