@@ -750,15 +750,23 @@ TEST_CASE("check_spans accepts a secure-mode span whose last page is its guard p
   CHECK(v[0].find("less a guard page") != std::string::npos);
 }
 
+namespace {
+// Builds sb into s and checks that check_spans finds exactly one violation:
+// span 1 (FULL, class 0) past its reuse threshold.
+void only_span1_past_threshold(const SegmentBuilder& sb, fwi::Snapshot* s) {
+  REQUIRE(take_error(sb.build(), s) == "");
+  auto v = fwi::check_spans(*s);
+  REQUIRE(v.size() == 1);
+  CHECK(v[0].find("span 1 (FULL, class 0)") == 0);
+  CHECK(v[0].find("reuse threshold") != std::string::npos);
+}
+}  // namespace
+
 TEST_CASE("check_spans flags a FULL span above its reuse threshold, unless UNSTABLE") {
   SegmentBuilder sb = small_heap();
   sb.spans[1].remote_count = 1024;  // 1024 + (4096 - 4096) >= reuse threshold 1024 (25% of 4096)
   fwi::Snapshot s;
-  REQUIRE(take_error(sb.build(), &s) == "");
-  auto v = fwi::check_spans(s);
-  REQUIRE(v.size() == 1);
-  CHECK(v[0].find("span 1 (FULL, class 0)") == 0);
-  CHECK(v[0].find("reuse threshold") != std::string::npos);
+  only_span1_past_threshold(sb, &s);
   sb.spans[1].flags |= FWT_SPAN_UNSTABLE;
   REQUIRE(take_error(sb.build(), &s) == "");
   CHECK(fwi::check_spans(s).empty());
@@ -774,11 +782,7 @@ TEST_CASE("a span with a guard page is held to its own reuse threshold and count
   sb.spans[1].carved = 3840;
   sb.spans[1].remote_count = 1000;  // past 960, short of the class's 1024
   fwi::Snapshot s;
-  REQUIRE(take_error(sb.build(), &s) == "");
-  auto v = fwi::check_spans(s);
-  REQUIRE(v.size() == 1);
-  CHECK(v[0].find("span 1 (FULL, class 0)") == 0);
-  CHECK(v[0].find("reuse threshold") != std::string::npos);
+  only_span1_past_threshold(sb, &s);
   sb.spans[1].remote_count = 959;  // below it: sound
   REQUIRE(take_error(sb.build(), &s) == "");
   CHECK(fwi::check_spans(s).empty());
