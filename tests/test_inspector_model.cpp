@@ -121,6 +121,16 @@ struct LiveFile {
   }
 };
 
+// This process's segment in dir (a LiveFile's), attached, and its first
+// snapshot taken into *s.
+std::unique_ptr<fwi::Segment> attach_and_take(const TempDir& dir, fwi::Snapshot* s) {
+  std::string err;
+  auto seg = fwi::Segment::attach(uint64_t(getpid()), &err, dir.path);
+  REQUIRE_MESSAGE(seg, err);
+  REQUIRE(seg->take(s, &err));
+  return seg;
+}
+
 // A pid that runs no process: a child that has exited and been reaped.
 uint64_t dead_pid() {
   pid_t c = fork();
@@ -350,10 +360,8 @@ TEST_CASE("complete events are read once, oldest first") {
   SegmentBuilder sb = small_heap();
   LiveFile f(dir.path, sb);
   std::string err;
-  auto seg = fwi::Segment::attach(uint64_t(getpid()), &err, dir.path);
-  REQUIRE_MESSAGE(seg, err);
   fwi::Snapshot s;
-  REQUIRE(seg->take(&s, &err));
+  auto seg = attach_and_take(dir, &s);
   REQUIRE(s.events.size() == 3);
   CHECK(s.events[0].kind == FWT_EV_TELEMETRY_START);
   CHECK(s.events[1].kind == FWT_EV_REGION_RESERVE);
@@ -371,10 +379,8 @@ TEST_CASE("an event still being written stops the read until it completes") {
   TempDir dir;
   LiveFile f(dir.path, small_heap());
   std::string err;
-  auto seg = fwi::Segment::attach(uint64_t(getpid()), &err, dir.path);
-  REQUIRE_MESSAGE(seg, err);
   fwi::Snapshot s;
-  REQUIRE(seg->take(&s, &err));
+  auto seg = attach_and_take(dir, &s);
   f.write_event(3, FWT_EV_COMMIT, 1, /*complete=*/false);
   f.write_event(4, FWT_EV_COMMIT, 2);
   REQUIRE(seg->take(&s, &err));
@@ -397,10 +403,8 @@ TEST_CASE("an event whose slot stays short of complete while later ones complete
     TempDir dir;
     LiveFile f(dir.path, small_heap());
     std::string err;
-    auto seg = fwi::Segment::attach(uint64_t(getpid()), &err, dir.path);
-    REQUIRE_MESSAGE(seg, err);
     fwi::Snapshot s;
-    REQUIRE(seg->take(&s, &err));
+    auto seg = attach_and_take(dir, &s);
     if (frozen_here) {
       f.write_event(3, FWT_EV_COMMIT, 1, /*complete=*/false);
     } else {
@@ -431,10 +435,8 @@ TEST_CASE("events overwritten before the reader got to them are counted as misse
   sb.event_capacity = 4;
   LiveFile f(dir.path, sb);
   std::string err;
-  auto seg = fwi::Segment::attach(uint64_t(getpid()), &err, dir.path);
-  REQUIRE_MESSAGE(seg, err);
   fwi::Snapshot s;
-  REQUIRE(seg->take(&s, &err));
+  auto seg = attach_and_take(dir, &s);
   CHECK(s.events.size() == 3);
   for (uint64_t n = 3; n < 13; n++) f.write_event(n, FWT_EV_COMMIT, uint32_t(n));
   REQUIRE(seg->take(&s, &err));
