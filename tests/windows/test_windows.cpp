@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -776,35 +777,31 @@ TEST_CASE("telemetry: the segment is published in Local\\freeway.<pid> and remov
 
 // --- Injection: freeway-inject.exe and freeway.dll -------------------------
 
-TEST_CASE("injection: an msvcrt C program; _strdup, _getcwd, fopen and malloc are served by freeway") {
-  Ran inj = plain_and_injected(L"inject_c.exe");
+// Runs program alone and injected (plain_and_injected), and checks that the
+// injected run's report names each of `served` as served by freeway and none
+// as not. Returns that run.
+Ran served_by_freeway(const wchar_t* program, std::initializer_list<const char*> served) {
+  Ran inj = plain_and_injected(program);
   CAPTURE(inj.err);
-  CHECK(has(inj.err, "_strdup: freeway"));
-  CHECK(has(inj.err, "_getcwd: freeway"));
-  CHECK(has(inj.err, "malloc: freeway"));
-  CHECK(has(inj.err, "_aligned_malloc: freeway"));
-  CHECK(has(inj.out, "huge malloc: null, errno ENOMEM: yes"));  // the program's errno
+  for (const char* what : served) CHECK_MESSAGE(has(inj.err, (std::string(what) + ": freeway").c_str()), what);
   CHECK(!has(inj.err, "not freeway"));
+  return inj;
+}
+
+TEST_CASE("injection: an msvcrt C program; _strdup, _getcwd, fopen and malloc are served by freeway") {
+  Ran inj = served_by_freeway(L"inject_c.exe", {"_strdup", "_getcwd", "malloc", "_aligned_malloc"});
+  CAPTURE(inj.err);
+  CHECK(has(inj.out, "huge malloc: null, errno ENOMEM: yes"));  // the program's errno
   CHECK(!has(inj.err, "cannot patch"));
 }
 
 TEST_CASE("injection: a C++ program; new, new[] and std::string are served by freeway") {
-  Ran inj = plain_and_injected(L"inject_cpp.exe");
-  CAPTURE(inj.err);
-  CHECK(has(inj.err, "new: freeway"));
-  CHECK(has(inj.err, "string data: freeway"));
-  CHECK(has(inj.err, "new[]: freeway"));
-  CHECK(!has(inj.err, "not freeway"));
+  served_by_freeway(L"inject_cpp.exe", {"new", "string data", "new[]"});
 }
 
 TEST_CASE("injection: ucrtbase and a CRT loaded after start (msvcr120) are patched too") {
-  Ran inj = plain_and_injected(L"inject_crts.exe");
-  CAPTURE(inj.err);
-  CHECK(has(inj.err, "ucrtbase.dll malloc: freeway"));
-  CHECK(has(inj.err, "ucrtbase.dll _strdup: freeway"));
-  CHECK(has(inj.err, "msvcr120.dll malloc: freeway"));
-  CHECK(has(inj.err, "msvcr120.dll _strdup: freeway"));
-  CHECK(!has(inj.err, "not freeway"));
+  served_by_freeway(L"inject_crts.exe", {"ucrtbase.dll malloc", "ucrtbase.dll _strdup", "msvcr120.dll malloc",
+                                         "msvcr120.dll _strdup"});
 }
 
 TEST_CASE("injection: a universal-CRT program with msvcrt.dll loaded too reads ENOMEM and EINVAL in its own errno") {
