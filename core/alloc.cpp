@@ -6,12 +6,14 @@
 #include "core/foreign.h"
 #include "core/free.h"
 #include "core/large.h"
+#include "core/percpu.h"
 #include "core/report.h"
 #include "core/secure.h"
 #include "core/secure_heap.h"
 #include "core/stats.h"
 #include "core/telemetry.h"
 #include "platform/os.h"
+#include "platform/rseq.h"
 
 namespace fw {
 
@@ -98,14 +100,22 @@ void* alloc_class_percpu(unsigned c, size_t n) {
 }
 
 void* malloc_slow(Lab* lab, unsigned c, size_t n) {
+  if (FW_HAS_RSEQ && FW_LIKELY(lab == &g_lab_cpu)) {  // a thread in per-CPU mode (percpu.h)
+    leave(lab);
+    return alloc_class_percpu(c, n);
+  }
+  return malloc_slow_thread(lab, c, n);
+}
+
+void* malloc_slow_thread(Lab* lab, unsigned c, size_t n) {
   if (FW_UNLIKELY(secure_mode())) return malloc_secure(lab, c, n, kMinAlign);
   void* p;
-  if (lab == &g_lab_empty && percpu_start()) {
+  if (FW_HAS_RSEQ && percpu_serves(lab)) {
     // Per-CPU mode is on (chosen at the process's first call, or switched on
-    // since, percpu.h): this call is served by it, and the thread slot (EMPTY)
-    // is never used.
+    // since, percpu.h): this thread's calls go to it from now on.
     leave(lab);
-    return percpu_malloc_slow(c, n);
+    percpu_join();
+    return alloc_class_percpu(c, n);
   }
   if (lab == &g_lab_empty) {
     // The thread's first call: bind a LAB (no flag is tested on the fast path).

@@ -1,25 +1,24 @@
 // core/alloc.h: malloc's fast path, and the allocation entry points of the core.
 //
 // The fast path (alloc_small) is what almost every malloc runs:
-//   size test; class table load; test the per-CPU flag; load the thread slot;
-//   store BUSY to it; load free[c]; test; load next (plain: block_next_fast);
-//   store free[c]; prefetch next; clear the block's free canary; bump
-//   allocs[c]; store the LAB back.
-// 26 instructions on x86-64 for malloc(n <= 1024) up to the return (GCC 12,
+//   size test; class table load; load the thread slot; store BUSY to it;
+//   load free[c]; test; load next (plain: block_next_fast); store free[c];
+//   prefetch next; clear the block's free canary; bump allocs[c]; store the
+//   LAB back.
+// 22 instructions on x86-64 for malloc(n <= 1024) up to the return (GCC 12,
 // objdump; docs/design.md). When free[c] is empty, the hot span's own list
 // (the blocks the thread freed into it since, lab.h) becomes free[c] in a
 // branch of 6 more instructions; everything else is in alloc.cpp and never
-// inlined, the per-CPU path included (reached by a jump, so that the
-// per-thread path saves no registers).
+// inlined. Per-CPU mode tests no flag here: its threads' slots hold the CPU
+// placeholder, whose empty lists lead to malloc_slow, which goes on to the
+// per-CPU path (percpu.h).
 #pragma once
 #include <atomic>
 #include <cstddef>
 
 #include "core/config.h"
 #include "core/lab.h"
-#include "core/percpu.h"
 #include "core/secure.h"
-#include "platform/rseq.h"
 #include "core/size_class.h"
 
 namespace fw {
@@ -27,20 +26,21 @@ namespace fw {
 // Slow paths. Both are entered with lab_current() == BUSY and restore it.
 // n is the size asked for (secure mode keeps it in the block, secure_heap.h).
 FW_NOINLINE void* malloc_slow(Lab* lab, unsigned c, size_t n);
+// malloc_slow past its first test (the CPU placeholder goes to per-CPU mode's
+// path): a function of its own, so that the per-CPU calls that pass through
+// malloc_slow save no registers on the way.
+FW_NOINLINE void* malloc_slow_thread(Lab* lab, unsigned c, size_t n);
 FW_NOINLINE void* malloc_medium_or_large(size_t n);
 // No memory for a block of n bytes: errno, and an event for the inspector.
 FW_COLD void alloc_out_of_memory(size_t n);
 
 // Per-CPU mode (percpu.h): a pop from the current CPU's LAB in one restartable
-// section, then the count (percpu_count_at). A function of its own, reached by
-// a jump, for the reasons free_percpu is (free.h): inlined, the registers its
-// section needs made every per-thread malloc save and restore three more; and
-// defined once, in alloc.cpp, for its rseq descriptor.
+// section, then the count (lab_count_shared). Reached from malloc_slow, by a
+// jump; defined once, in alloc.cpp, for its rseq descriptor (free.h).
 FW_NOINLINE void* alloc_class_percpu(unsigned c, size_t n);
 
 // A block of class c for a request of n bytes.
 FW_INLINE void* alloc_class(unsigned c, size_t n) {
-  if (FW_HAS_RSEQ && FW_LIKELY(percpu_on())) return alloc_class_percpu(c, n);
   Lab* lab = lab_current();
   lab_set_current(&g_lab_busy);
   std::atomic_signal_fence(std::memory_order_seq_cst);  // BUSY is set before the LAB is touched

@@ -9,6 +9,7 @@
 #include "core/secure.h"
 #include "core/secure_heap.h"
 #include "core/stats.h"
+#include "platform/rseq.h"
 
 namespace fw {
 
@@ -34,17 +35,44 @@ void check_sized(void* p, Span* d, size_t n, bool aligned) {
 
 }  // namespace
 
-void free_percpu(void* p) { free_block_percpu<false>(p, 0, false); }
-void free_percpu_sized(void* p, size_t n, bool aligned) { free_block_percpu<true>(p, n, aligned); }
+// Per-CPU mode (percpu.h), in restartable sections on the current CPU's LAB
+// (platform/rseq.h), each checking inside the section what it relies on:
+//  - a block of that LAB's hot span of its class goes onto free[c]
+//    (rseq_push_if: hot[c] == d; a LAB in a slot has no holder, so hot[c]
+//    changes only while the LAB is out of every slot);
+//  - a block of a span with a pending chain in that LAB that has room goes onto
+//    the chain (rseq_push_counted: the chain's span and room, then one store);
+// then the count, in the LAB the section used (lab_count_shared). The checks
+// (hardening; a sized free's size was checked by free_slow_sized) come first,
+// once the span is known to hold small blocks: owned (HOT), or FULL or PARTIAL
+// by its anchor. Every other block goes to percpu_free_slow.
+void free_percpu(void* p, Span* d) {
+  if (FW_UNLIKELY(d == nullptr)) return percpu_free_slow(p, nullptr, false);
+  const bool owned = d->owner.load(std::memory_order_relaxed) != nullptr;
+  if (!owned) {
+    uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_relaxed)).state;
+    if (FW_UNLIKELY(state != kFull && state != kPartial))  // large, free, or a bad pointer
+      return percpu_free_slow(p, d, false);
+  }
+  unsigned c = d->cls.load(std::memory_order_relaxed);
+  if (FW_UNLIKELY(!free_fast_checks<false>(p, d, c, d->carved.load(std::memory_order_relaxed), 0, false)))
+    return percpu_free_slow(p, d, false);
+  void* const* slots = reinterpret_cast<void* const*>(g_percpu.slots);
+  void* lab;
+  // A CPU LAB keeps no spans (lab.h keeps_spans): the only span it owns of class c is hot[c].
+  if (owned && os::rseq_push_if(g_percpu.rseq_off, slots, g_percpu.ncpu, offsetof(Lab, hot) + c * sizeof(Span*), d,
+                                c, p, &lab)) {
+  } else if (os::rseq_push_counted(g_percpu.rseq_off, slots, g_percpu.ncpu, offsetof(Lab, pending_mask),
+                                   offsetof(Lab, pending), pending_key(d), d, p, &lab)) {
+  } else {
+    return percpu_free_slow(p, d, true);
+  }
+  lab_count_shared(static_cast<Lab*>(lab)->cpu_frees[c]);
+}
 
 void free_slow_sized(Lab* lab, void* p, Span* d, size_t n, bool aligned) {
   check_sized(p, d, n, aligned);
   free_slow(lab, p, d);
-}
-
-void free_slow_sized_percpu(void* p, Span* d, size_t n, bool aligned) {
-  check_sized(p, d, n, aligned);
-  percpu_free_slow(p, d, false);
 }
 
 namespace {
@@ -128,15 +156,24 @@ void free_with(Lab* mine, void* p, Span* d, bool checked) {
 }
 
 void free_slow(Lab* lab, void* p, Span* d) {
+  if (FW_HAS_RSEQ && FW_LIKELY(lab == &g_lab_cpu)) {  // a thread in per-CPU mode (percpu.h)
+    restore_slot(lab);
+    return free_percpu(p, d);
+  }
+  return free_slow_thread(lab, p, d);
+}
+
+void free_slow_thread(Lab* lab, void* p, Span* d) {
   if (p == nullptr || d == nullptr) {  // no LAB needed
     if (p != nullptr) free_with(lab, p, nullptr, false);
     return restore_slot(lab);
   }
-  if (lab == &g_lab_empty && percpu_start()) {
+  if (FW_HAS_RSEQ && percpu_serves(lab)) {
     // Per-CPU mode is on (chosen at the process's first call, or switched on
-    // since, percpu.h).
+    // since, percpu.h): this thread's calls go to it from now on.
     restore_slot(lab);
-    return percpu_free_slow(p, d, false);
+    percpu_join();
+    return free_percpu(p, d);
   }
   Lab* mine = lab_own(lab);
   free_with(mine, p, d, false);

@@ -6,7 +6,7 @@
 // a pending chain in the LAB with room for more than that block (lab.h), so
 // frees into spans the thread let float cost one CAS per chain (up to the
 // LAB's pending_budget / slots bytes of blocks), not one each. For an owned span:
-//   test the per-CPU flag; load the thread slot; store BUSY; region map load;
+//   load the thread slot; store BUSY; region map load;
 //   descriptor load; compare its owner with the LAB; block check (subtract the
 //   span's colour, multiply, rotate, compare with carved); canary check and
 //   set; push onto the span's own list (head and count in the descriptor; a
@@ -14,13 +14,12 @@
 // 45 instructions on x86-64 up to the return (GCC 12, objdump), with no
 // register saved: the class is a size_t (no copy to widen it), and no value is
 // kept across the checks that a re-read of the descriptor can give; the pending
-// case is a branch of its own of about the same length. The
-// per-CPU path (free_percpu) is a function of its own, reached by a jump:
-// inlined, the registers its sections need made every free save and restore
-// more. A free that finds its chain full goes to free_chain_full, which
-// gives the chain to its span and starts the next. Every other case (a block
-// of another thread's span with no chain here, a large block, NULL, a bad
-// pointer) goes to free_slow. Neither is ever inlined.
+// case is a branch of its own of about the same length. A free that finds
+// its chain full goes to free_chain_full, which gives the chain to its span
+// and starts the next. Every other case (a block of another thread's span
+// with no chain here, a large block, NULL, a bad pointer, and every free of a
+// thread in per-CPU mode, whose slot holds the CPU placeholder: percpu.h)
+// goes to free_slow. Neither is ever inlined.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -28,15 +27,16 @@
 #include "core/arena.h"
 #include "core/config.h"
 #include "core/lab.h"
-#include "core/percpu.h"
 #include "core/report.h"
 #include "core/secure.h"
 #include "core/size_class.h"
-#include "platform/rseq.h"
 
 namespace fw {
 
 FW_NOINLINE void free_slow(Lab* lab, void* p, Span* d);  // entered with BUSY set; restores
+// free_slow past its first test (the CPU placeholder goes to per-CPU mode's
+// path), apart so that per-CPU frees save no registers on their way through.
+FW_NOINLINE void free_slow_thread(Lab* lab, void* p, Span* d);
 // Frees p (not null) of span d (nullptr: p is in no region's slice) with
 // `mine` as the freeing LAB, held by the caller, or a placeholder (then a
 // small block goes straight to its span). checked: p was checked and its free
@@ -54,17 +54,15 @@ void free_with(Lab* mine, void* p, Span* d, bool checked);
 FW_INLINE bool sized_free_fits(size_t n, size_t holds, bool aligned) {
   return n <= holds && (aligned || holds <= 64 || n >= holds / 2);
 }
-// free_slow for a sized free: checks the size first (d != nullptr), reporting
-// "sized free of 0x... with size N, block holds M" and stopping on a mismatch.
-// Entered with BUSY set, like free_slow, and as a tail call, so the fast path
-// keeps no state across it.
 // Secure mode: frees every block in the calling thread's quarantine now
 // (fw_collect). A no-op in default mode.
 void quarantine_flush();
 
+// free_slow for a sized free: checks the size first (d != nullptr), reporting
+// "sized free of 0x... with size N, block holds M" and stopping on a mismatch.
+// Entered with BUSY set, like free_slow, and as a tail call, so the fast path
+// keeps no state across it.
 FW_NOINLINE void free_slow_sized(Lab* lab, void* p, Span* d, size_t n, bool aligned);
-// The same check for per-CPU mode, then percpu_free_slow.
-FW_NOINLINE void free_slow_sized_percpu(void* p, Span* d, size_t n, bool aligned);
 
 // free's path for block p (checked and canaried) of span d, of class c, whose
 // pending chain in lab (d's slot) has room 1 or less: gives the chain to d and
@@ -79,13 +77,12 @@ FW_NOINLINE void free_slow_sized_percpu(void* p, Span* d, size_t n, bool aligned
 // or foreign.
 FW_NOINLINE void free_chain_full(Lab* lab, void* p, Span* d, size_t c);
 
-// The per-CPU fast path, out of line: inlined, the registers its sections need
-// made every per-thread free save and restore two more. Defined once, in
-// free.cpp: an inline or template function would be emitted in each file that
-// uses it, and the linker's discarded copies would leave their rseq descriptors
-// (section __rseq_cs) pointing into discarded code, which lld refuses.
-FW_NOINLINE void free_percpu(void* p);
-FW_NOINLINE void free_percpu_sized(void* p, size_t n, bool aligned);
+// The per-CPU fast path for p of span d (nullptr: p is in no region's slice),
+// reached from free_slow with the slot restored. Defined once, in free.cpp: an
+// inline or template function would be emitted in each file that uses it, and
+// the linker's discarded copies would leave their rseq descriptors (section
+// __rseq_cs) pointing into discarded code, which lld refuses.
+FW_NOINLINE void free_percpu(void* p, Span* d);
 
 // free_block_impl<false> is free(); free_block_impl<true> also checks the size.
 template <bool kSized>
@@ -113,52 +110,8 @@ FW_INLINE bool free_fast_checks(void* p, const Span* d, size_t c, uint32_t carve
   return true;
 }
 
-// Per-CPU mode (percpu.h), in restartable sections on the current CPU's LAB
-// (platform/rseq.h), each checking inside the section what it relies on:
-//  - a block of that LAB's hot span of its class goes onto free[c]
-//    (rseq_push_if: hot[c] == d; a LAB in a slot has no holder, so hot[c]
-//    changes only while the LAB is out of every slot);
-//  - a block of a span with a pending chain in that LAB that has room goes onto
-//    the chain (rseq_push_counted: the chain's span and room, then one store);
-// then the count, in the LAB the section used (lab_count_shared). The checks
-// (hardening, size) come first, once the span is known to hold small blocks:
-// owned (HOT), or FULL or PARTIAL by its anchor. Every other block goes to
-// percpu_free_slow.
-template <bool kSized>
-FW_INLINE void free_block_percpu(void* p, size_t n, bool aligned) {
-  Span* slice = region_slice_of(p);
-  if (FW_UNLIKELY(slice == nullptr)) return percpu_free_slow(p, nullptr, false);
-  Span* d = span_in_slice(slice, p);
-  const bool owned = d->owner.load(std::memory_order_relaxed) != nullptr;
-  if (!owned) {
-    uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_relaxed)).state;
-    if (FW_UNLIKELY(state != kFull && state != kPartial)) {  // large, free, or a bad pointer
-      if constexpr (kSized) return free_slow_sized_percpu(p, d, n, aligned);
-      return percpu_free_slow(p, d, false);
-    }
-  }
-  unsigned c = d->cls.load(std::memory_order_relaxed);
-  if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, c, d->carved.load(std::memory_order_relaxed), n, aligned)))
-    return percpu_free_slow(p, d, false);
-  void* const* slots = reinterpret_cast<void* const*>(g_percpu.slots);
-  void* lab;
-  // A CPU LAB keeps no spans (lab.h keeps_spans): the only span it owns of class c is hot[c].
-  if (owned && os::rseq_push_if(g_percpu.rseq_off, slots, g_percpu.ncpu, offsetof(Lab, hot) + c * sizeof(Span*), d,
-                                c, p, &lab)) {
-  } else if (os::rseq_push_counted(g_percpu.rseq_off, slots, g_percpu.ncpu, offsetof(Lab, pending_mask),
-                                   offsetof(Lab, pending), pending_key(d), d, p, &lab)) {
-  } else {
-    return percpu_free_slow(p, d, true);
-  }
-  lab_count_shared(static_cast<Lab*>(lab)->cpu_frees[c]);
-}
-
 template <bool kSized>
 FW_INLINE void free_block_impl(void* p, size_t n_size, bool aligned) {
-  if (FW_HAS_RSEQ && FW_LIKELY(percpu_on())) {
-    if constexpr (kSized) return free_percpu_sized(p, n_size, aligned);
-    return free_percpu(p);
-  }
   Lab* lab = lab_current();
   lab_set_current(&g_lab_busy);
   std::atomic_signal_fence(std::memory_order_seq_cst);

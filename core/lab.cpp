@@ -24,6 +24,7 @@ constinit Lab g_lab_empty{};
 constinit Lab g_lab_busy{};
 constinit Lab g_lab_dead{};
 constinit Lab g_lab_secure{};
+constinit Lab g_lab_cpu{};
 FW_THREAD_SLOT_DEFINE(&g_lab_empty);
 
 namespace {

@@ -31,6 +31,8 @@
 // an "initialised?" flag on the fast path. In secure mode (secure_heap.h) the
 // slot holds the SECURE placeholder between calls, so that every call takes the
 // slow path, which finds the thread's LAB through its thread-exit registration.
+// In per-CPU mode (percpu.h) it holds the CPU placeholder, whose slow paths go
+// to the per-CPU paths: so the per-thread fast paths test no mode flag either.
 //
 // Invariants (lab_is_valid):
 //   hot[kNoClass] == nullptr (span.h: the class of a span without small blocks)
@@ -265,6 +267,7 @@ extern FW_HIDDEN Lab g_lab_empty;  // a thread that has not called freeway yet
 extern FW_HIDDEN Lab g_lab_busy;   // the thread is inside malloc/free
 extern FW_HIDDEN Lab g_lab_dead;   // the thread's LAB was released at thread exit
 extern FW_HIDDEN Lab g_lab_secure; // secure mode: the thread's LAB is elsewhere, every call takes the slow path
+extern FW_HIDDEN Lab g_lab_cpu;    // per-CPU mode: the thread's calls go to its CPU's LAB (percpu.h)
 
 // Span d's pending chain slot is its key masked by the slot count - 1:
 // consecutive descriptors get consecutive slots. The descriptors are one array
@@ -280,7 +283,7 @@ FW_INLINE unsigned pending_slot_in(const Lab* lab, const Span* d) {
 }
 
 FW_INLINE bool is_placeholder(const Lab* lab) {
-  return lab == &g_lab_empty || lab == &g_lab_busy || lab == &g_lab_dead || lab == &g_lab_secure;
+  return lab == &g_lab_empty || lab == &g_lab_busy || lab == &g_lab_dead || lab == &g_lab_secure || lab == &g_lab_cpu;
 }
 
 // The calling thread's LAB (or a placeholder), in the platform's thread slot

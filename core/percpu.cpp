@@ -105,21 +105,6 @@ void percpu_put(Lab* lab) {
   lab_retire(lab);
 }
 
-// A thread that was bound to a LAB before the default mode switched to per-CPU
-// caches (percpu_thread_bound) uses that LAB no more: its first per-CPU slow
-// path gives the LAB's spans back, so that they do not wait for the thread's
-// exit. The LAB stays registered for that exit, which makes it idle; the slot
-// gets DEAD, which no per-CPU path reads.
-void release_thread_lab() {
-  Lab* mine = lab_current();
-  if (FW_LIKELY(is_placeholder(mine))) return;
-  lab_set_current(&g_lab_busy);
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  lab_flush(mine);
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  lab_set_current(&g_lab_dead);
-}
-
 }  // namespace
 
 bool percpu_start() {
@@ -171,11 +156,22 @@ void percpu_thread_unbound(uint64_t threads_live) {
   }
 }
 
+void percpu_join() {
+  Lab* mine = lab_current();
+  if (mine == &g_lab_empty) return lab_set_current(&g_lab_cpu);
+  if (FW_LIKELY(is_placeholder(mine))) return;
+  lab_set_current(&g_lab_busy);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  lab_flush(mine);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  lab_set_current(&g_lab_cpu);
+}
+
 const char* percpu_mode_name() { return percpu_on() ? "per-CPU" : "per-thread"; }
 
 void* percpu_malloc_slow(unsigned c, size_t n) {
   (void)n;
-  release_thread_lab();
+  percpu_join();
   Lab* lab = percpu_take();
   void* p = lab != nullptr ? lab_refill(lab, c) : nullptr;
   if (lab != nullptr) percpu_put(lab);
@@ -185,7 +181,7 @@ void* percpu_malloc_slow(unsigned c, size_t n) {
 
 void percpu_free_slow(void* p, Span* d, bool checked) {
   if (p == nullptr) return;
-  release_thread_lab();
+  percpu_join();
   Lab* lab = nullptr;
   if (d != nullptr) {
     uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;

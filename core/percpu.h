@@ -45,14 +45,22 @@
 // threads; many threads whose caches hold little stay per-thread.
 // The switch happens once and is never undone: LABs bound before it stay
 // registered with their threads (their exit makes them idle), and each such
-// thread's first per-CPU slow path gives its LAB's spans back. 0: per-thread.
-// The fast paths test g_percpu.on first.
+// thread gives its LAB's spans back at its next slow path, which is its first
+// per-CPU call (percpu_join). 0: per-thread.
+//
+// The fast paths test no flag. A thread that goes per-CPU gets the CPU
+// placeholder in its thread slot (lab.h): its lists are empty and it owns no
+// span and no chain, so the per-thread fast paths send every call to their
+// slow paths, which go on to the per-CPU paths (alloc_class_percpu,
+// free_percpu). Per-thread calls save the flag's load and test; a per-CPU call
+// pays a slot load, the BUSY mark and a few tests before its section.
 #pragma once
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 
 #include "core/config.h"
+#include "core/lab.h"
 #include "core/size_class.h"
 
 namespace fw {
@@ -79,6 +87,23 @@ bool percpu_start();
 // older blocks (Larson's server with 4 threads on 2 CPUs: 132 M operations
 // per second per thread, 36 M per CPU).
 constexpr uint32_t kPerCpuMinThreads = 16;
+
+// Whether a call that found `slot` (not CPU) in its thread slot goes to the
+// per-CPU paths: a thread's first call (EMPTY) in per-CPU mode, the mode
+// decided here if no call has yet; once the mode is per-CPU, a call of a
+// thread bound to a LAB before the switch, or after its exit (DEAD). Not
+// BUSY (a signal handler inside malloc or free: a transient LAB serves it in
+// either mode) nor SECURE (secure mode is per-thread).
+FW_INLINE bool percpu_serves(const Lab* slot) {
+  if (slot == &g_lab_empty) return percpu_start();
+  return slot != &g_lab_busy && slot != &g_lab_secure && percpu_on();
+}
+// The calling thread's calls go to the per-CPU paths from now on: its slot
+// gets CPU. A LAB it was bound to before the default mode switched gives its
+// spans back first, so that they do not wait for the thread's exit; the LAB
+// stays registered for that exit, which makes it idle. Called with the slot
+// restored (not BUSY); leaves DEAD as it is.
+void percpu_join();
 
 // A thread was just bound to a LAB, making threads_live of them (per-thread
 // mode): with FREEWAY_PERCPU=2, the threads are many when they are more than
@@ -111,7 +136,7 @@ void percpu_thread_unbound(uint64_t threads_live);
 // The mode's name for reports: "per-CPU" or "per-thread".
 const char* percpu_mode_name();
 
-// Slow paths of per-CPU mode (no thread slot involved).
+// Slow paths of per-CPU mode (entered with the slot restored).
 FW_NOINLINE void* percpu_malloc_slow(unsigned c, size_t n);
 // checked: p was checked and its free canary set already.
 FW_NOINLINE void percpu_free_slow(void* p, struct Span* d, bool checked);

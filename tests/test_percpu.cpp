@@ -58,6 +58,61 @@ unsigned pin_first() {
 
 }  // namespace
 
+TEST_CASE("per-CPU mode: a thread's first call puts the CPU placeholder in its slot, and its calls go to the CPU's "
+          "cache through the per-thread slow paths") {
+  if (!per_cpu()) return;
+  std::thread([] {
+    const unsigned cpu = pin_first();
+    CHECK(lab_current() == &g_lab_empty);
+    void* a = fw_malloc(48);
+    REQUIRE(a != nullptr);
+    CHECK(lab_current() == &g_lab_cpu);
+    Lab* lab = percpu_slot(cpu);
+    REQUIRE(lab != nullptr);
+    const unsigned c = class_of_small(48);
+    const uint64_t allocs = lab->cpu_allocs[c].load(), frees = lab->cpu_frees[c].load();
+    void* b = fw_malloc(48);  // a pop from the CPU's list, counted there
+    REQUIRE(b != nullptr);
+    CHECK(lab->cpu_allocs[c].load() == allocs + 1);
+    fw_free(b);  // onto the CPU's list: the next malloc of the class gets it back
+    CHECK(lab->cpu_frees[c].load() == frees + 1);
+    CHECK(fw_malloc(48) == b);
+    fw_free(b);
+    fw_free(a);
+    CHECK(lab_current() == &g_lab_cpu);
+  }).join();
+  CHECK(fw_check_heap() == 0);
+}
+
+TEST_CASE("per-CPU mode: a thread bound to a LAB before the mode switched keeps its fast path until its next slow "
+          "path, which gives the LAB's spans back and puts the CPU placeholder in its slot") {
+  if (!per_cpu()) return;
+  std::thread([] {
+    // As a thread bound before the default mode switched (percpu.h) is.
+    Lab* mine = lab_bind_thread();
+    REQUIRE(mine != nullptr);
+    lab_set_current(mine);
+    const unsigned c = class_of_small(48);
+    void* first = lab_refill(mine, c);  // a hot span of class c, with blocks on free[c]
+    REQUIRE(first != nullptr);
+    Span* hot = mine->hot[c];
+    REQUIRE(hot != nullptr);
+    void* next = mine->free[c];
+    REQUIRE(next != nullptr);
+    CHECK(fw_malloc(48) == next);  // the per-thread fast path, still
+    CHECK(lab_current() == mine);
+    void* other = fw_malloc(4000);  // another class: free[] is empty, the slow path joins per-CPU
+    REQUIRE(other != nullptr);
+    CHECK(lab_current() == &g_lab_cpu);
+    CHECK(mine->hot[c] == nullptr);  // the LAB's spans went back
+    CHECK(hot->owner.load() != mine);
+    fw_free(first);
+    fw_free(next);
+    fw_free(other);
+  }).join();
+  CHECK(fw_check_heap() == 0);
+}
+
 TEST_CASE("per-CPU mode: a thread's exit releases nothing, and the next thread on that CPU gets its freed blocks") {
   if (!per_cpu()) return;
   unsigned cpu = 0;
