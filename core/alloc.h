@@ -40,7 +40,8 @@ FW_COLD void alloc_out_of_memory(size_t n);
 FW_NOINLINE void* alloc_class_percpu(unsigned c, size_t n);
 
 // A block of class c for a request of n bytes.
-FW_INLINE void* alloc_class(unsigned c, size_t n) {
+FW_INLINE void* alloc_class(unsigned cls, size_t n) {
+  const size_t c = cls;  // one register holds the widened class for every index below
   Lab* lab = lab_current();
   lab_set_current(&g_lab_busy);
   std::atomic_signal_fence(std::memory_order_seq_cst);  // BUSY is set before the LAB is touched
@@ -49,7 +50,7 @@ FW_INLINE void* alloc_class(unsigned c, size_t n) {
     // The blocks the thread freed into its hot span since (its own list, lab.h)
     // are the next to give; anything else is the slow path's.
     Span* h = lab->hot[c];
-    if (h == nullptr || (p = own_take(h)) == nullptr) return malloc_slow(lab, c, n);
+    if (h == nullptr || (p = own_take(h)) == nullptr) return malloc_slow(lab, cls, n);
   }
   void* next = block_next_fast(p);
   lab->free[c] = next;
