@@ -5,7 +5,7 @@
 //   load free[c]; test; load next (plain: block_next_fast); store free[c];
 //   prefetch next; clear the block's free canary; bump allocs[c]; store the
 //   LAB back.
-// 22 instructions on x86-64 for malloc(n <= 1024) up to the return (GCC 12,
+// 21 instructions on x86-64 for malloc(n <= 1024) up to the return (GCC 12,
 // objdump; docs/design.md). When free[c] is empty, the hot span's own list
 // (the blocks the thread freed into it since, lab.h) becomes free[c] in a
 // branch of 6 more instructions; everything else is in alloc.cpp and never
