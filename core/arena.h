@@ -102,8 +102,11 @@ FW_INLINE uintptr_t span_base(const Span* s) {
   return g_regions[i / kVspansPerRegion].base.load(std::memory_order_relaxed) +
          (uintptr_t(i % kVspansPerRegion) << kVspanShift);
 }
-// Address of block 0 of small span s (its base plus its colour, span.h).
-FW_INLINE uintptr_t span_blocks(const Span* s) { return span_base(s) + s->offset.load(std::memory_order_relaxed); }
+// Address of block 0 of small span s: its base plus its colour, which is its
+// offset (the low 32 bits of that address, span.h) mod kVspanSize.
+FW_INLINE uintptr_t span_blocks(const Span* s) {
+  return span_base(s) + (s->offset.load(std::memory_order_relaxed) & (kVspanSize - 1));
+}
 FW_INLINE const Region* region_of_span(const Span* s) { return &g_regions[span_index(s) / kVspansPerRegion]; }
 
 // Hands out n contiguous never-used virtual spans (n <= kVspansPerRegion) and

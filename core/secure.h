@@ -2,14 +2,17 @@
 //
 // Always on:
 //  - Block check. A pointer freed into a small span must be the start of a
-//    carved block: with off = (p - colour) mod kVspanSize (span.h) and block
-//    size d = 2^k * m (m odd), off is a multiple of d exactly when
+//    carved block: with off = (p - start) mod 2^32, start being the address of
+//    the span's block 0 (whose low 32 bits the descriptor keeps, span.h), and
+//    block size d = 2^k * m (m odd), off is a multiple of d exactly when
 //    rotr32(off * inv(m), k) <= (2^32-1)/d, and the result is then off/d, the
 //    block's index. So one subtraction, one multiply, one rotate and one
 //    compare with `carved` reject interior pointers, pointers between blocks
 //    and pointers past the carved part (or before the colour).
 //    (Granlund-Montgomery exact division; carved <= 4096 < (2^32-1)/2^17, so
-//    a non-multiple always fails the compare.)
+//    a non-multiple always fails the compare. p lies in start's vspan, so a
+//    p before block 0 gives off > 2^32 - kVspanSize, whose quotient, were it
+//    a multiple, would be more than 32,000.)
 //  - Free canary. A freed block's second word holds kCanary(p) = key ^ p; malloc
 //    clears it when it hands the block out. Freeing a block whose second word
 //    already holds its canary is a double free, however many frees came in
@@ -65,11 +68,12 @@ constexpr DivTable make_div_table() {
 }  // namespace detail
 inline constexpr detail::DivTable kClassDivs = detail::make_div_table();
 
-// Index of the block p starts in its span of class c whose blocks start at
-// `colour` within the vspan, or a number >= the span's capacity if p is not a
-// block start (p below the colour wraps to an offset past the span's end).
-FW_INLINE uint32_t block_number(const void* p, size_t c, uint32_t colour) {
-  uint32_t off = uint32_t((reinterpret_cast<uintptr_t>(p) - colour) & (kVspanSize - 1));
+// Index of the block p starts in its span of class c, whose block 0 is at an
+// address with low 32 bits `start` (the descriptor's offset, span.h), or a
+// number >= the span's capacity if p is not a block start (p, in the same
+// vspan, below block 0 wraps to an offset near 2^32).
+FW_INLINE uint32_t block_number(const void* p, size_t c, uint32_t start) {
+  uint32_t off = uint32_t(reinterpret_cast<uintptr_t>(p)) - start;
   uint32_t x = off * kClassDivs.div[c].inv;
   uint32_t s = kClassDivs.div[c].shift;
   return (x >> s) | (x << ((32 - s) & 31));

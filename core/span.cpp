@@ -191,7 +191,7 @@ bool span_make_hot(Span* s, unsigned cls, Lab* lab) {
   } else {
     span_set_guard(s, 0);
   }
-  s->offset.store(colour, std::memory_order_relaxed);
+  s->offset.store(uint32_t(span_base(s) + colour), std::memory_order_relaxed);  // span.h
   s->block_size.store(ci.block_size, std::memory_order_relaxed);
   s->capacity.store(capacity, std::memory_order_relaxed);
   s->carved.store(0, std::memory_order_relaxed);
@@ -391,7 +391,7 @@ bool span_is_valid(const Span* s) {
   if (carved > capacity) ok = report_invariant("span: carved > capacity", i);
   if (uint64_t(capacity) * bsize > s->committed.load(std::memory_order_relaxed))
     ok = report_invariant("span: blocks beyond committed memory", i);
-  if (s->offset.load(std::memory_order_relaxed) != span_window(s) ||
+  if (s->offset.load(std::memory_order_relaxed) != uint32_t(span_base(s) + span_window(s)) ||
       span_window(s) + s->committed.load(std::memory_order_relaxed) > kVspanSize)
     ok = report_invariant("span: blocks not at the span's colour, or past its vspan", i);
   if (a.count > carved) ok = report_invariant("span: more free blocks than carved", i);

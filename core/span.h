@@ -39,8 +39,10 @@
 //               the pool or a run cache), before publishing it with a CAS.
 //               cls stays when the span is freed: it says where the span's
 //               committed bytes are (span_window), kNoClass for run pieces.
-//   offset      small span: its colour (block 0 is at base + offset); large
-//               head: where the block starts.
+//   offset      small span: the low 32 bits of block 0's address (base plus
+//               its colour; the colour is offset mod kVspanSize), which the
+//               block check subtracts from a pointer's low bits as they are
+//               (secure.h); large head: where the block starts, from base.
 //   carved      the owning LAB while HOT; stable in every other state.
 //   guard_page  whoever holds the vspan exclusively (it describes the vspan's
 //               page protection, whatever the vspan is used for).
@@ -54,7 +56,7 @@
 //   state FULL:    count + (capacity - carved) <  reuse threshold
 //   state PARTIAL: count < carved (else it would be FREE)
 //   capacity * block_size <= committed, span_window + committed <= kVspanSize,
-//   offset == span_window (small spans)
+//   offset == low 32 bits of (base + span_window) (small spans)
 #pragma once
 #include <atomic>
 #include <cstdint>
