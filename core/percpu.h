@@ -96,7 +96,7 @@ constexpr uint32_t kPerCpuMinThreads = 16;
 // either mode) nor SECURE (secure mode is per-thread).
 FW_INLINE bool percpu_serves(const Lab* slot) {
   if (slot == &g_lab_empty) return percpu_start();
-  return slot != &g_lab_busy && slot != &g_lab_secure && percpu_on();
+  return percpu_on() && slot != &g_lab_busy && slot != &g_lab_secure;  // the flag first: it is off per-thread
 }
 // The calling thread's calls go to the per-CPU paths from now on: its slot
 // gets CPU. A LAB it was bound to before the default mode switched gives its
