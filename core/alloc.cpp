@@ -24,11 +24,6 @@ void alloc_out_of_memory(size_t n) {
 
 namespace {
 
-FW_INLINE void leave(Lab* lab) {
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  lab_set_current(lab);
-}
-
 // One allocation from a transient LAB, for a call that cannot use its thread's
 // LAB (inside a signal handler that interrupted malloc/free, or after the
 // thread's LAB was released at exit).
@@ -68,7 +63,7 @@ void* secure_block(Lab* from, unsigned c, size_t n, size_t align) {
 FW_NOINLINE void* malloc_secure(Lab* lab, unsigned c, size_t n, size_t align) {
   if (n == 0 && align <= kMinAlign) {  // malloc(0) with no alignment beyond 16
     if (void* z = zero_alloc()) {
-      leave(lab);
+      lab_leave(lab);
       return z;
     }
   }
@@ -81,7 +76,7 @@ FW_NOINLINE void* malloc_secure(Lab* lab, unsigned c, size_t n, size_t align) {
   } else {
     p = secure_block(mine, c, n, align);
   }
-  leave(lab_slot_after(mine));
+  lab_leave(lab_slot_after(mine));
   if (p == nullptr) alloc_out_of_memory(n);
   return p;
 }
@@ -101,7 +96,7 @@ void* alloc_class_percpu(unsigned c, size_t n) {
 
 void* malloc_slow(Lab* lab, unsigned c, size_t n) {
   if (FW_HAS_RSEQ && FW_LIKELY(lab == &g_lab_cpu)) {  // a thread in per-CPU mode (percpu.h)
-    leave(lab);
+    lab_leave(lab);
     return alloc_class_percpu(c, n);
   }
   return malloc_slow_thread(lab, c, n);
@@ -113,7 +108,7 @@ void* malloc_slow_thread(Lab* lab, unsigned c, size_t n) {
   if (FW_HAS_RSEQ && percpu_serves(lab)) {
     // Per-CPU mode is on (chosen at the process's first call, or switched on
     // since, percpu.h): this thread's calls go to it from now on.
-    leave(lab);
+    lab_leave(lab);
     percpu_join();
     return alloc_class_percpu(c, n);
   }
@@ -122,7 +117,7 @@ void* malloc_slow_thread(Lab* lab, unsigned c, size_t n) {
     Lab* bound = lab_bind_thread();
     if (bound != nullptr) {
       p = lab_refill(bound, c);
-      leave(bound);
+      lab_leave(bound);
       if (p == nullptr) alloc_out_of_memory(class_block_size(c));
       return p;
     }
@@ -132,7 +127,7 @@ void* malloc_slow_thread(Lab* lab, unsigned c, size_t n) {
   } else {
     p = lab_refill(lab, c);
   }
-  leave(lab);
+  lab_leave(lab);
   if (p == nullptr) alloc_out_of_memory(class_block_size(c));
   return p;
 }
@@ -166,10 +161,7 @@ void* fw_alloc_aligned(size_t align, size_t n) {
     unsigned c = class_of_aligned(n, align);
     if (c < kClassCount && FW_UNLIKELY(secure_mode())) {
       // malloc_secure must know the alignment: c's block size may carry more.
-      Lab* lab = lab_current();
-      lab_set_current(&g_lab_busy);
-      std::atomic_signal_fence(std::memory_order_seq_cst);
-      return malloc_secure(lab, c, n, align);
+      return malloc_secure(lab_enter(), c, n, align);
     }
     if (c < kClassCount) return alloc_class(c, n);
   }

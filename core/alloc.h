@@ -42,9 +42,7 @@ FW_NOINLINE void* alloc_class_percpu(unsigned c, size_t n);
 // A block of class c for a request of n bytes.
 FW_INLINE void* alloc_class(unsigned cls, size_t n) {
   const size_t c = cls;  // one register holds the widened class for every index below
-  Lab* lab = lab_current();
-  lab_set_current(&g_lab_busy);
-  std::atomic_signal_fence(std::memory_order_seq_cst);  // BUSY is set before the LAB is touched
+  Lab* lab = lab_enter();
   void* p = lab->free[c];
   if (FW_UNLIKELY(p == nullptr)) {
     // The blocks the thread freed into its hot span since (its own list, lab.h)
@@ -61,8 +59,7 @@ FW_INLINE void* alloc_class(unsigned cls, size_t n) {
   clear_canary(p);
 #endif
   lab_count(lab->allocs[c]);
-  std::atomic_signal_fence(std::memory_order_seq_cst);  // the LAB is consistent before BUSY is cleared
-  lab_set_current(lab);
+  lab_leave(lab);
   return p;
 }
 

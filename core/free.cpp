@@ -84,11 +84,6 @@ void free_foreign(void* p) {
   other->free(p);
 }
 
-FW_INLINE void restore_slot(Lab* lab) {
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  lab_set_current(lab);
-}
-
 // Secure mode (secure_heap.h): checks block p of span d and fills it, then
 // puts it in the quarantine of `mine` (the thread's LAB, or a placeholder:
 // then none). Returns the block to free now (checked and canaried already),
@@ -157,7 +152,7 @@ void free_with(Lab* mine, void* p, Span* d, bool checked) {
 
 void free_slow(Lab* lab, void* p, Span* d) {
   if (FW_HAS_RSEQ && FW_LIKELY(lab == &g_lab_cpu)) {  // a thread in per-CPU mode (percpu.h)
-    restore_slot(lab);
+    lab_leave(lab);
     return free_percpu(p, d);
   }
   return free_slow_thread(lab, p, d);
@@ -166,34 +161,32 @@ void free_slow(Lab* lab, void* p, Span* d) {
 void free_slow_thread(Lab* lab, void* p, Span* d) {
   if (p == nullptr || d == nullptr) {  // no LAB needed
     if (p != nullptr) free_with(lab, p, nullptr, false);
-    return restore_slot(lab);
+    return lab_leave(lab);
   }
   if (FW_HAS_RSEQ && percpu_serves(lab)) {
     // Per-CPU mode is on (chosen at the process's first call, or switched on
     // since, percpu.h): this thread's calls go to it from now on.
-    restore_slot(lab);
+    lab_leave(lab);
     percpu_join();
     return free_percpu(p, d);
   }
   Lab* mine = lab_own(lab);
   free_with(mine, p, d, false);
-  restore_slot(lab_slot_after(mine));
+  lab_leave(lab_slot_after(mine));
 }
 
 void free_chain_full(Lab* lab, void* p, Span* d, size_t c) {
   lab_defer_free(lab, d, p);  // may give d back to the pool: its class is the one read before
   lab_count(lab->frees[c]);
-  restore_slot(lab);
+  lab_leave(lab);
 }
 
 void quarantine_flush() {
   if (!secure_mode()) return;
-  Lab* lab = lab_current();
-  lab_set_current(&g_lab_busy);
-  std::atomic_signal_fence(std::memory_order_seq_cst);
+  Lab* lab = lab_enter();
   Lab* mine = lab_own(lab);
   if (!is_placeholder(mine)) lab_flush_quarantine(mine);
-  restore_slot(lab_slot_after(mine));
+  lab_leave(lab_slot_after(mine));
 }
 
 }  // namespace fw

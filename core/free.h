@@ -112,9 +112,7 @@ FW_INLINE bool free_fast_checks(void* p, const Span* d, size_t c, uint32_t carve
 
 template <bool kSized>
 FW_INLINE void free_block_impl(void* p, size_t n_size, bool aligned) {
-  Lab* lab = lab_current();
-  lab_set_current(&g_lab_busy);
-  std::atomic_signal_fence(std::memory_order_seq_cst);
+  Lab* lab = lab_enter();
   Span* slice = region_slice_of(p);
   if (FW_UNLIKELY(slice == nullptr)) return free_slow(lab, p, nullptr);
   Span* d = span_in_slice(slice, p);
@@ -149,8 +147,7 @@ FW_INLINE void free_block_impl(void* p, size_t n_size, bool aligned) {
     ch->room = uint16_t(room - 1);
   }
   lab_count(lab->frees[c]);
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  lab_set_current(lab);
+  lab_leave(lab);
 }
 
 }  // namespace fw

@@ -155,8 +155,7 @@ void expire_old_parked() {
 // Runs at thread exit (platform thread-exit hook) with the thread's LAB.
 void lab_thread_exit(void* arg) {
   Lab* lab = static_cast<Lab*>(arg);
-  lab_set_current(&g_lab_busy);
-  std::atomic_signal_fence(std::memory_order_seq_cst);
+  lab_enter();
   lab_flush_quarantine(lab);  // an idle LAB holds no quarantine
   percpu_thread_unbound(g_threads_live.fetch_sub(1, std::memory_order_relaxed) - 1);
   telemetry_event(FWT_EV_THREAD_EXIT, lab->id, 0, 0);
@@ -166,8 +165,7 @@ void lab_thread_exit(void* arg) {
     lab_flush(lab);
     lab_put(lab);
   }
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  lab_set_current(&g_lab_dead);
+  lab_leave(&g_lab_dead);
 }
 
 // A span for class c: a reusable one first (Hoard: refill partly-empty spans
@@ -513,12 +511,10 @@ void lab_collect_current() {
   // first call). Its chains hold what quarantine_flush just freed.
   Lab* lab = slot == &g_lab_secure ? static_cast<Lab*>(os::thread_exit_registered()) : slot;
   if (lab == nullptr || is_placeholder(lab)) return;
-  lab_set_current(&g_lab_busy);
-  std::atomic_signal_fence(std::memory_order_seq_cst);
+  lab_enter();
   lab_flush_pending(lab);
   for (unsigned c = 0; c < kClassCount; c++) release_kept(lab, c);
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  lab_set_current(slot);
+  lab_leave(slot);
 }
 
 void* lab_refill(Lab* lab, unsigned c) {

@@ -293,6 +293,19 @@ FW_INLINE bool is_placeholder(const Lab* lab) {
 using LabSlot = os::ThreadSlot<&g_lab_empty>;
 FW_INLINE Lab* lab_current() { return LabSlot::get(); }
 FW_INLINE void lab_set_current(Lab* lab) { LabSlot::set(lab); }
+// The BUSY mark (reentrancy, above): marks the thread inside malloc/free
+// before any LAB is touched, and returns what its slot held.
+FW_INLINE Lab* lab_enter() {
+  Lab* slot = lab_current();
+  lab_set_current(&g_lab_busy);
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // BUSY is set before the LAB is touched
+  return slot;
+}
+// Ends it: puts `slot` back once the LAB is consistent.
+FW_INLINE void lab_leave(Lab* slot) {
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // the LAB is consistent before BUSY is cleared
+  lab_set_current(slot);
+}
 
 // Adds one to a counter that only the LAB's holder writes and others read with
 // relaxed loads. On x86-64 one `add` to memory (an aligned 8-byte store is

@@ -160,11 +160,9 @@ void percpu_join() {
   Lab* mine = lab_current();
   if (mine == &g_lab_empty) return lab_set_current(&g_lab_cpu);
   if (FW_LIKELY(is_placeholder(mine))) return;
-  lab_set_current(&g_lab_busy);
-  std::atomic_signal_fence(std::memory_order_seq_cst);
+  lab_enter();
   lab_flush(mine);
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  lab_set_current(&g_lab_cpu);
+  lab_leave(&g_lab_cpu);
 }
 
 const char* percpu_mode_name() { return percpu_on() ? "per-CPU" : "per-thread"; }
