@@ -55,7 +55,7 @@ void free_percpu(void* p, Span* d) {
       return percpu_free_slow(p, d, false);
   }
   unsigned c = d->cls.load(std::memory_order_relaxed);
-  if (FW_UNLIKELY(!free_fast_checks<false>(p, d, c, d->carved.load(std::memory_order_relaxed), 0, false)))
+  if (FW_UNLIKELY(!free_fast_checks<false>(p, d, c, 0, false)))
     return percpu_free_slow(p, d, false);
   void* const* slots = reinterpret_cast<void* const*>(g_percpu.slots);
   void* lab;

@@ -67,6 +67,7 @@
 #include <cstdint>
 
 #include "core/config.h"
+#include "core/relaxed.h"
 #include "core/size_class.h"
 #include "core/secure.h"
 #include "core/span.h"
@@ -307,18 +308,9 @@ FW_INLINE void lab_leave(Lab* slot) {
   lab_set_current(slot);
 }
 
-// Adds one to a counter that only the LAB's holder writes and others read with
-// relaxed loads. On x86-64 one `add` to memory (an aligned 8-byte store is
-// atomic there, and no read-modify-write lock is needed with a single writer);
-// elsewhere, and under ThreadSanitizer, a relaxed load and store.
-FW_INLINE void lab_count(std::atomic<uint64_t>& counter) {
-#if defined(__x86_64__) && !defined(FW_TSAN)
-  static_assert(sizeof(std::atomic<uint64_t>) == 8, "plain 8-byte counter");
-  asm volatile("addq $1, %0" : "+m"(counter));
-#else
-  counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-#endif
-}
+// Adds one to one of the LAB's own counters (allocs, frees), which only its
+// holder writes and others read with relaxed loads (relaxed.h).
+FW_INLINE void lab_count(std::atomic<uint64_t>& counter) { single_writer_add_one(counter); }
 
 // lab's allocations and frees of class c: its holders' counts and per-CPU
 // mode's fast paths' (figures: relaxed loads).
@@ -339,10 +331,12 @@ FW_INLINE void own_push(Span* s, void* p, uint32_t n) {
   block_link(p, own_head(s));
   own_set(s, p, n + 1);
 }
-// own_push for free's per-thread fast path (never in secure mode: block_link_fast).
-FW_INLINE void own_push_fast(Span* s, void* p, uint32_t n) {
+// own_push for free's per-thread fast path (never in secure mode: block_link_fast),
+// with the count added to in place: one instruction, not a load, add and store.
+FW_INLINE void own_push_fast(Span* s, void* p) {
   block_link_fast(p, own_head(s));
-  own_set(s, p, n + 1);
+  s->large_size.store(reinterpret_cast<uintptr_t>(p), std::memory_order_relaxed);
+  single_writer_add_one(s->pool_next);
 }
 
 // A LAB bound to the calling thread (released at its exit); nullptr if no memory.

@@ -72,11 +72,13 @@ inline constexpr detail::DivTable kClassDivs = detail::make_div_table();
 // address with low 32 bits `start` (the descriptor's offset, span.h), or a
 // number >= the span's capacity if p is not a block start (p, in the same
 // vspan, below block 0 wraps to an offset near 2^32).
-FW_INLINE uint32_t block_number(const void* p, size_t c, uint32_t start) {
-  uint32_t off = uint32_t(reinterpret_cast<uintptr_t>(p)) - start;
+FW_INLINE uint32_t block_number_at(uint32_t off, size_t c) {  // off = the low 32 bits of p - start
   uint32_t x = off * kClassDivs.div[c].inv;
   uint32_t s = kClassDivs.div[c].shift;
   return (x >> s) | (x << ((32 - s) & 31));
+}
+FW_INLINE uint32_t block_number(const void* p, size_t c, uint32_t start) {
+  return block_number_at(uint32_t(reinterpret_cast<uintptr_t>(p)) - start, c);
 }
 
 // --- canary ---

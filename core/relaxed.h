@@ -1,0 +1,82 @@
+// core/relaxed.h: relaxed atomic accesses in one instruction each, for the fast paths.
+//
+// GCC and Clang never fold an atomic load into the instruction that uses it:
+// `d->carved.load(relaxed) > x` is a load into a register and then a compare,
+// and a single writer's `c.store(c.load(relaxed) + 1, relaxed)` is a load, an
+// add and a store. On x86-64 an aligned load or store of up to 8 bytes is
+// atomic, and an instruction with a memory operand reads (and writes) it
+// once, so `cmp mem, reg`, `sub mem, reg` and `add $1, mem` have the relaxed
+// accesses' meaning in one instruction. In a loop that waits on cache misses
+// (the program's loads of the blocks it frees), every instruction of the
+// fast paths takes room in the window that lets misses overlap
+// (docs/design.md, "Fast paths").
+//
+// Each helper writes the instruction out (the asm reads or writes the atomic
+// object through an "m" operand, so the compiler neither moves it across
+// other accesses to that object nor drops it); elsewhere, and under
+// ThreadSanitizer (which must see every atomic access), the plain relaxed
+// operations.
+#pragma once
+#include <atomic>
+#include <cstdint>
+
+#include "core/config.h"
+
+#if defined(__x86_64__) && !defined(FW_TSAN) && defined(__GCC_ASM_FLAG_OUTPUTS__)
+#define FW_FOLD_RELAXED 1
+#else
+#define FW_FOLD_RELAXED 0
+#endif
+
+namespace fw {
+
+// Adds one to a counter that only one thread writes (a LAB's holder, an owned
+// span's owner) and others read with relaxed loads: no locked read-modify-write
+// is needed with a single writer.
+template <typename T>
+FW_INLINE void single_writer_add_one(std::atomic<T>& counter) {
+  static_assert(sizeof(std::atomic<T>) == sizeof(T) && (sizeof(T) == 4 || sizeof(T) == 8), "plain counter");
+#if FW_FOLD_RELAXED
+  if constexpr (sizeof(T) == 8)
+    asm volatile("addq $1, %0" : "+m"(counter));
+  else
+    asm volatile("addl $1, %0" : "+m"(counter));
+#else
+  counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+#endif
+}
+
+// x < m, m loaded relaxed (unsigned compare).
+FW_INLINE bool below_relaxed(uint32_t x, const std::atomic<uint32_t>& m) {
+#if FW_FOLD_RELAXED
+  bool below;
+  asm("cmpl %2, %1" : "=@ccb"(below) : "r"(x), "m"(m));
+  return below;
+#else
+  return x < m.load(std::memory_order_relaxed);
+#endif
+}
+
+// x - m (mod 2^32), m loaded relaxed.
+FW_INLINE uint32_t minus_relaxed(uint32_t x, const std::atomic<uint32_t>& m) {
+#if FW_FOLD_RELAXED
+  asm("subl %1, %0" : "+r"(x) : "m"(m));
+  return x;
+#else
+  return x - m.load(std::memory_order_relaxed);
+#endif
+}
+
+// m == v, m loaded relaxed.
+template <typename T>
+FW_INLINE bool equal_relaxed(const std::atomic<T*>& m, const T* v) {
+#if FW_FOLD_RELAXED
+  bool equal;
+  asm("cmpq %2, %1" : "=@cce"(equal) : "r"(v), "m"(m));
+  return equal;
+#else
+  return m.load(std::memory_order_relaxed) == v;
+#endif
+}
+
+}  // namespace fw
