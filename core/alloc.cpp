@@ -94,15 +94,15 @@ void* alloc_class_percpu(unsigned c, size_t n) {
   return p;
 }
 
-void* malloc_slow(Lab* lab, unsigned c, size_t n) {
+void* malloc_slow(size_t n, Lab* lab, size_t c) {
   if (FW_HAS_RSEQ && FW_LIKELY(lab == &g_lab_cpu)) {  // a thread in per-CPU mode (percpu.h)
     lab_leave(lab);
     return alloc_class_percpu(c, n);
   }
-  return malloc_slow_thread(lab, c, n);
+  return malloc_slow_thread(n, lab, c);
 }
 
-void* malloc_slow_thread(Lab* lab, unsigned c, size_t n) {
+void* malloc_slow_thread(size_t n, Lab* lab, unsigned c) {
   if (FW_UNLIKELY(secure_mode())) return malloc_secure(lab, c, n, kMinAlign);
   void* p;
   if (FW_HAS_RSEQ && percpu_serves(lab)) {

@@ -5,7 +5,7 @@
 //   load free[c]; test; load next (plain: block_next_fast); store free[c];
 //   prefetch next; clear the block's free canary; bump allocs[c]; store the
 //   LAB back.
-// 21 instructions on x86-64 for malloc(n <= 1024) up to the return (GCC 12,
+// 20 instructions on x86-64 for malloc(n <= 1024) up to the return (GCC 12,
 // objdump; docs/design.md). When free[c] is empty, the hot span's own list
 // (the blocks the thread freed into it since, lab.h) becomes free[c] in a
 // branch of 6 more instructions; everything else is in alloc.cpp and never
@@ -25,11 +25,14 @@ namespace fw {
 
 // Slow paths. Both are entered with lab_current() == BUSY and restore it.
 // n is the size asked for (secure mode keeps it in the block, secure_heap.h).
-FW_NOINLINE void* malloc_slow(Lab* lab, unsigned c, size_t n);
+// n comes first and the class is a size_t: malloc's argument stays in its
+// register and the class in the one the fast path indexed with, so the fast
+// path copies nothing for the call.
+FW_NOINLINE void* malloc_slow(size_t n, Lab* lab, size_t c);
 // malloc_slow past its first test (the CPU placeholder goes to per-CPU mode's
 // path): a function of its own, so that the per-CPU calls that pass through
 // malloc_slow save no registers on the way.
-FW_NOINLINE void* malloc_slow_thread(Lab* lab, unsigned c, size_t n);
+FW_NOINLINE void* malloc_slow_thread(size_t n, Lab* lab, unsigned c);
 FW_NOINLINE void* malloc_medium_or_large(size_t n);
 // No memory for a block of n bytes: errno, and an event for the inspector.
 FW_COLD void alloc_out_of_memory(size_t n);
@@ -48,7 +51,7 @@ FW_INLINE void* alloc_class(unsigned cls, size_t n) {
     // The blocks the thread freed into its hot span since (its own list, lab.h)
     // are the next to give; anything else is the slow path's.
     Span* h = lab->hot[c];
-    if (h == nullptr || (p = own_take(h)) == nullptr) return malloc_slow(lab, cls, n);
+    if (h == nullptr || (p = own_take(h)) == nullptr) return malloc_slow(n, lab, c);
   }
   void* next = block_next_fast(p);
   lab->free[c] = next;
