@@ -15,7 +15,10 @@
 // object through an "m" operand, so the compiler neither moves it across
 // other accesses to that object nor drops it); elsewhere, and under
 // ThreadSanitizer (which must see every atomic access), the plain relaxed
-// operations.
+// operations. The compares and the subtract are not volatile: the compiler
+// may reuse one's result where it sees no store to the object in between, so
+// they are for single reads on a path (as the fast paths make), never for a
+// loop that waits for another thread's store.
 #pragma once
 #include <atomic>
 #include <cstdint>
