@@ -557,7 +557,7 @@ void* lab_refill(Lab* lab, unsigned c) {
 void lab_free_block(Lab* lab, void* p, Span* d) {
   unsigned c = d->cls.load(std::memory_order_relaxed);
   if (d->owner.load(std::memory_order_relaxed) == lab) {
-    own_push(d, p, own_count(d));  // an emptied kept span stays kept (release_empty_kept)
+    own_push(d, p);  // an emptied kept span stays kept (release_empty_kept)
   } else {
     lab_defer_free(lab, d, p);  // batched: one CAS per run of frees into one span
   }

@@ -325,18 +325,22 @@ FW_INLINE uint64_t lab_frees_of(const Lab* lab, unsigned c) {
 // one locked add on x86-64.
 FW_INLINE void lab_count_shared(std::atomic<uint64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }
 
-// The owner pushes block p (checked and canaried) onto owned span s's own
-// list, which holds n blocks now.
-FW_INLINE void own_push(Span* s, void* p, uint32_t n) {
-  block_link(p, own_head(s));
-  own_set(s, p, n + 1);
-}
-// own_push for free's per-thread fast path (never in secure mode: block_link_fast),
-// with the count added to in place: one instruction, not a load, add and store.
-FW_INLINE void own_push_fast(Span* s, void* p) {
-  block_link_fast(p, own_head(s));
+// Makes p, already linked to the old head, the head of owned span s's own list
+// (span.h), one block longer: the count is added to in place, one instruction
+// on x86-64, not a load, add and store (relaxed.h).
+FW_INLINE void own_prepend(Span* s, void* p) {
   s->large_size.store(reinterpret_cast<uintptr_t>(p), std::memory_order_relaxed);
   single_writer_add_one(s->pool_next);
+}
+// The owner pushes block p (checked and canaried) onto owned span s's own list.
+FW_INLINE void own_push(Span* s, void* p) {
+  block_link(p, own_head(s));
+  own_prepend(s, p);
+}
+// own_push for free's per-thread fast path (never in secure mode: block_link_fast).
+FW_INLINE void own_push_fast(Span* s, void* p) {
+  block_link_fast(p, own_head(s));
+  own_prepend(s, p);
 }
 
 // A LAB bound to the calling thread (released at its exit); nullptr if no memory.
