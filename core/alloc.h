@@ -8,7 +8,8 @@
 // 20 instructions on x86-64 for malloc(n <= 1024) up to the return (GCC 12,
 // objdump; docs/design.md). When free[c] is empty, the hot span's own list
 // (the blocks the thread freed into it since, lab.h) becomes free[c] in a
-// branch of 6 more instructions; everything else is in alloc.cpp and never
+// branch of 14 more instructions, which count the list's blocks as frees
+// (own_take); everything else is in alloc.cpp and never
 // inlined. Per-CPU mode tests no flag here: its threads' slots hold the CPU
 // placeholder, whose empty lists lead to malloc_slow, which goes on to the
 // per-CPU path (percpu.h).
@@ -51,7 +52,7 @@ FW_INLINE void* alloc_class(unsigned cls, size_t n) {
     // The blocks the thread freed into its hot span since (its own list, lab.h)
     // are the next to give; anything else is the slow path's.
     Span* h = lab->hot[c];
-    if (h == nullptr || (p = own_take(h)) == nullptr) return malloc_slow(n, lab, c);
+    if (h == nullptr || (p = own_take(lab, h, c)) == nullptr) return malloc_slow(n, lab, c);
   }
   void* next = block_next_fast(p);
   lab->free[c] = next;

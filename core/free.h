@@ -10,10 +10,12 @@
 //   descriptor load; compare its owner with the LAB; block check (subtract the
 //   low bits of block 0's address, multiply, rotate, compare with carved); canary check and
 //   set; push onto the span's own list (head and count in the descriptor; a
-//   plain link, block_link_fast); bump frees[c]; restore the slot. The
-//   descriptor's fields are read by the instructions that use them, and the
-//   count is added to in place (relaxed.h).
-// 39 instructions on x86-64 up to the return (GCC 12, objdump), with no
+//   plain link, block_link_fast); restore the slot. The descriptor's fields
+//   are read by the instructions that use them, and the count is added to in
+//   place (relaxed.h). The LAB's frees[c] is not touched: the own count is
+//   the free's count until the list is taken (own_take, lab.h). A free onto
+//   a pending chain bumps frees[c].
+// 38 instructions on x86-64 up to the return (GCC 12, objdump), with no
 // register saved: the class is a size_t (no copy to widen it), and no value is
 // kept across the checks that a re-read of the descriptor can give; the pending
 // case is a branch of its own of about the same length. A free that finds
@@ -125,10 +127,13 @@ FW_INLINE void free_block_impl(void* p, size_t n_size, bool aligned) {
   const size_t c = d->cls.load(std::memory_order_relaxed);
   if (FW_LIKELY(equal_relaxed(d->owner, lab))) {
     // A span the LAB owns, hot or kept (lab.h): onto the span's own list,
-    // even its last block in use (an empty kept span stays kept).
+    // even its last block in use (an empty kept span stays kept). The span's
+    // own count is the only count: the list's blocks are counted as frees
+    // when it is taken (own_take, lab.h).
     if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, c, n_size, aligned)))
       return free_slow(lab, p, d);
     own_push_fast(d, p);
+    return lab_leave(lab);
   } else {
     // A span with a pending chain in this LAB with room for more than this
     // block: onto the chain. The free that finds room 1 goes to
@@ -150,9 +155,9 @@ FW_INLINE void free_block_impl(void* p, size_t n_size, bool aligned) {
     block_link_fast(p, ch->head);
     ch->head = p;
     ch->room = uint16_t(room - 1);
+    lab_count(lab->frees[c]);
+    lab_leave(lab);
   }
-  lab_count(lab->frees[c]);
-  lab_leave(lab);
 }
 
 }  // namespace fw

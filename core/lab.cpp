@@ -279,7 +279,7 @@ uint32_t kept_free_count(const Span* k) {
 void kept_release(Lab* lab, unsigned c, unsigned i) {
   Span* k = lab->kept[c][i];
   uint32_t n = own_count(k);
-  void* list = own_take(k);
+  void* list = own_take(lab, k, c);
   lab->kept[c][i] = lab->kept[c][--lab->kept_n[c]];
   span_release_counted(k, list, n);
 }
@@ -289,7 +289,7 @@ void kept_release(Lab* lab, unsigned c, unsigned i) {
 void hot_release(Lab* lab, unsigned c) {
   Span* s = lab->hot[c];
   void* list = lab->free[c];
-  if (void* own = own_take(s)) {  // prepend the own list: span_release counts the whole list
+  if (void* own = own_take(lab, s, c)) {  // prepend the own list: span_release counts the whole list
     void* tail = own;
     while (block_next(tail) != nullptr) tail = block_next(tail);
     block_link(tail, list);
@@ -338,7 +338,7 @@ bool kept_switch(Lab* lab, unsigned c) {
   while (lab->kept[c][i] != best) i++;
   lab->kept[c][i] = lab->hot[c];  // exhausted: free[c] and its own list are empty (lab_refill)
   lab->hot[c] = best;
-  lab->free[c] = own_take(best);  // empty if its free blocks are remote: collected next
+  lab->free[c] = own_take(lab, best, c);  // empty if its free blocks are remote: collected next
   return true;
 }
 
@@ -416,6 +416,17 @@ uint32_t lab_parked_count() {
   uint32_t n = 0;
   for (unsigned i = 0, slots = parked_slots(); i < slots; i++)
     n += g_parked[i].load(std::memory_order_relaxed) != nullptr;
+  return n;
+}
+
+uint64_t lab_frees_of(const Lab* lab, unsigned c) {
+  uint64_t n = lab->frees[c].load(std::memory_order_relaxed) + lab->cpu_frees[c].load(std::memory_order_relaxed);
+  // The own lists not taken yet (own_take).
+  if (const Span* h = lab->hot[c]) n += own_count(h);
+  const unsigned kept = lab->kept_n[c];
+  for (unsigned i = 0; i < kept && i < kKeptSpans; i++) {
+    if (const Span* k = lab->kept[c][i]) n += own_count(k);
+  }
   return n;
 }
 
@@ -527,7 +538,7 @@ void* lab_refill(Lab* lab, unsigned c) {
       return p;
     }
     if (Span* s = lab->hot[c]) {
-      if ((lab->free[c] = own_take(s)) != nullptr) continue;  // the blocks its holder freed
+      if ((lab->free[c] = own_take(lab, s, c)) != nullptr) continue;  // the blocks its holder freed
       if ((lab->free[c] = span_collect(s)) != nullptr) continue;
       if ((lab->free[c] = span_carve(s)) != nullptr) continue;
       // s has no block left to give.
@@ -557,11 +568,11 @@ void* lab_refill(Lab* lab, unsigned c) {
 void lab_free_block(Lab* lab, void* p, Span* d) {
   unsigned c = d->cls.load(std::memory_order_relaxed);
   if (d->owner.load(std::memory_order_relaxed) == lab) {
-    own_push(d, p);  // an emptied kept span stays kept (release_empty_kept)
+    own_push(d, p);  // an emptied kept span stays kept (release_empty_kept); counted by own_take
   } else {
     lab_defer_free(lab, d, p);  // batched: one CAS per run of frees into one span
+    lab_count(lab->frees[c]);
   }
-  lab_count(lab->frees[c]);
 }
 
 Lab* lab_own(Lab* slot) {

@@ -42,7 +42,10 @@
 //   every span the LAB owns (hot or kept) has an own list (own_head, span.h)
 //   of own_count of its blocks, which its holder pushes onto
 //   allocs[c], frees[c] are written only by the LAB's holder (relaxed); a
-//   thread frees into another thread's span counts the free in its own LAB.
+//   thread frees into another thread's span counts the free in its own LAB;
+//   a free onto an own list is counted when the list is taken (own_take), so
+//   the LAB's frees of class c are frees[c] plus the own counts of its spans
+//   of class c (lab_frees_of).
 //   cpu_allocs[c], cpu_frees[c] only grow, by atomic adds of any thread.
 //   kept[c][0..kept_n[c]) are distinct HOT spans of class c with owner == this
 //   LAB, none of them hot[c], at most kept_limit(c) of them; only per-thread
@@ -226,9 +229,33 @@ FW_INLINE uint32_t pending_count(const PendingChain& ch) {
   return ch.span == nullptr ? 0 : uint32_t(ch.limit) - ch.room;
 }
 
+// A field of a LAB that only its holder writes and other threads read for
+// figures (lab_frees_of): relaxed loads and stores, which compile to plain
+// moves, so the holder's code reads as it would with a plain field.
+template <typename T>
+struct HolderField {
+  std::atomic<T> v;
+  operator T() const { return v.load(std::memory_order_relaxed); }
+  HolderField& operator=(T x) {
+    v.store(x, std::memory_order_relaxed);
+    return *this;
+  }
+  HolderField& operator=(const HolderField& other) { return *this = T(other); }
+  T operator++(int) {  // the holder's only: a load and a store
+    T old = *this;
+    *this = T(old + 1);
+    return old;
+  }
+  T operator--() {
+    T now = T(T(*this) - 1);
+    *this = now;
+    return now;
+  }
+};
+
 struct Lab {
   void* free[kClassCount];  // first: the fast path indexes it from the LAB pointer
-  Span* hot[kClassCount + 1];  // hot[kNoClass] stays null: free's fast path indexes hot[] by any span's class
+  HolderField<Span*> hot[kClassCount + 1];  // hot[kNoClass] stays null
   uint32_t pending_mask;       // slots in use - 1 (above)
   uint32_t pending_started;    // chains started in this window
   uint32_t pending_conflicts;  // of them, by evicting another span's chain with room left
@@ -236,8 +263,8 @@ struct Lab {
   uint32_t pending_bytes;      // sum over chains of pending_bytes_of (below)
   uint32_t pending_budget;     // bytes its chains may hold (above); kPendingBudget unless its chains grow
   uint64_t pending_of_class[kClassCount];  // bit i % 64: pending[i] may hold blocks of that class
-  Span* kept[kClassCount][kKeptSpans];     // kept spans (above), kept_n[c] of them per class
-  uint8_t kept_n[kClassCount];
+  HolderField<Span*> kept[kClassCount][kKeptSpans];  // kept spans (above), kept_n[c] of them per class
+  HolderField<uint8_t> kept_n[kClassCount];
   std::atomic<uint64_t> allocs[kClassCount];
   std::atomic<uint64_t> frees[kClassCount];
   // Per-CPU mode's fast paths count in the CPU LAB whose slot they used
@@ -313,17 +340,39 @@ FW_INLINE void lab_leave(Lab* slot) {
 FW_INLINE void lab_count(std::atomic<uint64_t>& counter) { single_writer_add_one(counter); }
 
 // lab's allocations and frees of class c: its holders' counts and per-CPU
-// mode's fast paths' (figures: relaxed loads).
+// mode's fast paths' (figures: relaxed loads). The frees include the blocks on
+// the own lists of the spans lab owns (own_take), read from its hot and kept
+// arrays (HolderField): while the holder works, a span may be read twice or
+// missed (a figure, like the others; descriptors are never unmapped). Exact
+// while no thread allocates or frees (fw_check_heap).
 FW_INLINE uint64_t lab_allocs_of(const Lab* lab, unsigned c) {
   return lab->allocs[c].load(std::memory_order_relaxed) + lab->cpu_allocs[c].load(std::memory_order_relaxed);
 }
-FW_INLINE uint64_t lab_frees_of(const Lab* lab, unsigned c) {
-  return lab->frees[c].load(std::memory_order_relaxed) + lab->cpu_frees[c].load(std::memory_order_relaxed);
-}
+uint64_t lab_frees_of(const Lab* lab, unsigned c);
 
 // Adds one to a counter that any thread may add to (cpu_allocs, cpu_frees):
 // one locked add on x86-64.
 FW_INLINE void lab_count_shared(std::atomic<uint64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }
+
+// Adds n to one of the LAB's own counters (single writer, as lab_count).
+FW_INLINE void lab_count_n(std::atomic<uint64_t>& counter, uint64_t n) {
+  counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+
+// Takes the own list of span s, which lab owns and whose class is c, for
+// lab's holder, leaving it empty; nullptr if it was empty. Its blocks count as
+// lab's frees from here: free's fast path only adds to the span's own count
+// (one add fewer per free, which in a loop whose loads miss is one instruction
+// fewer between them; docs/design.md), and the list is counted as a whole
+// when it is taken, to be handed out again or to go back with its span.
+FW_INLINE void* own_take(Lab* lab, Span* s, size_t c) {
+  void* head = own_head(s);
+  if (head != nullptr) {
+    lab_count_n(lab->frees[c], own_count(s));
+    own_set(s, nullptr, 0);
+  }
+  return head;
+}
 
 // Makes p, already linked to the old head, the head of owned span s's own list
 // (span.h), one block longer: the count is added to in place, one instruction

@@ -168,12 +168,7 @@ FW_INLINE void own_set(Span* s, void* head, uint32_t count) {
   s->large_size.store(reinterpret_cast<uintptr_t>(head), std::memory_order_relaxed);
   s->pool_next.store(count, std::memory_order_relaxed);
 }
-// Takes owned span s's own list (emptying it); nullptr if it is empty.
-FW_INLINE void* own_take(Span* s) {
-  void* head = own_head(s);
-  if (head != nullptr) own_set(s, nullptr, 0);
-  return head;
-}
+// Taking the list counts its blocks as frees: own_take, lab.h.
 // Free blocks a non-hot span needs before it is reusable.
 uint32_t reuse_threshold(uint32_t capacity);
 
