@@ -59,6 +59,31 @@ void free_with(Lab* mine, void* p, Span* d, bool checked);
 FW_INLINE bool sized_free_fits(size_t n, size_t holds, bool aligned) {
   return n <= holds && (aligned || holds <= 64 || n >= holds / 2);
 }
+// The same test on the fast path, for a block of class c: the sizes it allows
+// are one range, lo..lo + width, so one subtraction and one unsigned compare
+// test both ends (a size below lo wraps to a number above any width), each
+// with its table operand in memory (64-bit entries: a 32-bit one would need a
+// load of its own to widen it). An aligned allocation's range starts at 0.
+// Checked against sized_free_fits for every class and size (tests/test_sized_free.cpp).
+struct SizedRanges {
+  uint64_t lo[2][kClassCount];     // [aligned][class]
+  uint64_t width[2][kClassCount];
+};
+constexpr SizedRanges make_sized_ranges() {
+  SizedRanges t{};
+  for (unsigned c = 0; c < kClassCount; c++) {
+    const uint64_t holds = detail::block_size_of(c);
+    t.lo[0][c] = holds <= 64 ? 0 : holds / 2;
+    t.width[0][c] = holds - t.lo[0][c];
+    t.lo[1][c] = 0;
+    t.width[1][c] = holds;
+  }
+  return t;
+}
+inline constexpr SizedRanges kSizedRanges = make_sized_ranges();
+FW_INLINE bool class_sized_free_fits(size_t n, size_t c, bool aligned) {
+  return n - kSizedRanges.lo[aligned][c] <= kSizedRanges.width[aligned][c];
+}
 // Secure mode: frees every block in the calling thread's quarantine now
 // (fw_collect). A no-op in default mode.
 void quarantine_flush();
@@ -105,7 +130,7 @@ template <bool kSized>
 FW_INLINE bool free_fast_checks(void* p, const Span* d, size_t c, size_t n, bool aligned) {
   if constexpr (kSized) {
     // A mismatch stops the process: nothing to keep across the call.
-    if (FW_UNLIKELY(!sized_free_fits(n, class_block_size(c), aligned))) report_sized_free(p, n, class_block_size(c));
+    if (FW_UNLIKELY(!class_sized_free_fits(n, c, aligned))) report_sized_free(p, n, class_block_size(c));
   }
 #if FREEWAY_HARDENING
   const uint32_t k = block_number_at(minus_relaxed(uint32_t(reinterpret_cast<uintptr_t>(p)), d->offset), c);
