@@ -56,15 +56,17 @@ void free_with(Lab* mine, void* p, Span* d, bool checked);
 // size_class.h), and realloc keeps a block only down to half its size
 // (alloc.cpp). Aligned allocations may take a bigger class, and large blocks
 // are rounded up, so for those only the upper bound is checked.
-FW_INLINE bool sized_free_fits(size_t n, size_t holds, bool aligned) {
+constexpr FW_INLINE bool sized_free_fits(size_t n, size_t holds, bool aligned) {
   return n <= holds && (aligned || holds <= 64 || n >= holds / 2);
 }
 // The same test on the fast path, for a block of class c: the sizes it allows
 // are one range, lo..lo + width, so one subtraction and one unsigned compare
 // test both ends (a size below lo wraps to a number above any width), each
 // with its table operand in memory (64-bit entries: a 32-bit one would need a
-// load of its own to widen it). An aligned allocation's range starts at 0.
-// Checked against sized_free_fits for every class and size (tests/test_sized_free.cpp).
+// load of its own to widen it). The table is derived from sized_free_fits, so
+// the rule is written once: lo is the smallest size it allows, and the range
+// ends at the block size. Checked against it for every class and size
+// (tests/test_sized_free.cpp).
 struct SizedRanges {
   uint64_t lo[2][kClassCount];     // [aligned][class]
   uint64_t width[2][kClassCount];
@@ -73,10 +75,12 @@ constexpr SizedRanges make_sized_ranges() {
   SizedRanges t{};
   for (unsigned c = 0; c < kClassCount; c++) {
     const uint64_t holds = detail::block_size_of(c);
-    t.lo[0][c] = holds <= 64 ? 0 : holds / 2;
-    t.width[0][c] = holds - t.lo[0][c];
-    t.lo[1][c] = 0;
-    t.width[1][c] = holds;
+    for (unsigned aligned = 0; aligned < 2; aligned++) {
+      uint64_t lo = 0;
+      while (!sized_free_fits(lo, holds, aligned != 0)) lo++;
+      t.lo[aligned][c] = lo;
+      t.width[aligned][c] = holds - lo;
+    }
   }
   return t;
 }
