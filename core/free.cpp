@@ -176,6 +176,7 @@ void free_slow_thread(Lab* lab, void* p, Span* d) {
 }
 
 void free_chain_full(Lab* lab, void* p, Span* d, size_t c) {
+  lab->pending[pending_slot_in(lab, d)].room = 1;  // the fast path's decrement found it 1 (free.h)
   lab_defer_free(lab, d, p);  // may give d back to the pool: its class is the one read before
   lab_count(lab->frees[c]);
   lab_leave(lab);

@@ -99,8 +99,9 @@ void quarantine_flush();
 FW_NOINLINE void free_slow_sized(Lab* lab, void* p, Span* d, size_t n, bool aligned);
 
 // free's path for block p (checked and canaried) of span d, of class c, whose
-// pending chain in lab (d's slot) has room 1 or less: gives the chain to d and
-// starts the next one with p, or (a chain with no spare room) adds p and gives
+// pending chain in lab (d's slot) had room 1, which the fast path's decrement
+// left at 0: puts the 1 back, then gives the chain to d and starts the next
+// one with p, or (a chain with no spare room) adds p and gives
 // it (lab_defer_free). Entered with BUSY set; restores the slot. c is the
 // class the caller read before: once the chain is given, d may be empty, back
 // in the pool and another class's span (counting the free under d's class
@@ -170,7 +171,7 @@ FW_INLINE void free_block_impl(void* p, size_t n_size, bool aligned) {
     // its span with the next chain started by this block; or this block is the
     // last its span has in use, and fills the chain, which goes to the span at
     // once. A span with no chain here goes to free_slow, which starts one.
-    PendingChain* ch = &lab->pending[pending_slot_in(lab, d)];
+    PendingChain* ch = pending_chain_of(lab, d);
     if (FW_UNLIKELY(d != ch->span)) {
       if constexpr (kSized) return free_slow_sized(lab, p, d, n_size, aligned);
       return free_slow(lab, p, d);
@@ -179,11 +180,11 @@ FW_INLINE void free_block_impl(void* p, size_t n_size, bool aligned) {
     // checks apply, and a full chain needs none of free_slow's tests.
     if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, c, n_size, aligned)))
       return free_slow(lab, p, d);
-    const uint32_t room = ch->room;
-    if (FW_UNLIKELY(room <= 1)) return free_chain_full(lab, p, d, c);
+    // room >= 1 in a thread's LAB (lab.h), so one decrement in place tests
+    // it: 0 now is room 1 before, which free_chain_full puts back.
+    if (FW_UNLIKELY(--ch->room == 0)) return free_chain_full(lab, p, d, c);
     block_link_fast(p, ch->head);
     ch->head = p;
-    ch->room = uint16_t(room - 1);
     lab_count(lab->frees[c]);
     lab_leave(lab);
   }

@@ -55,7 +55,7 @@ Lab* lab_new() {
   Lab* lab = static_cast<Lab*>(os::alloc_metadata(bytes));  // zero-filled
   if (lab == nullptr) return nullptr;
   lab->id = id;
-  lab->pending_mask = kPendingChains - 1;
+  set_pending_slots(lab, kPendingChains);
   lab->pending_budget = kPendingBudget;
   g_lab_table[id].store(lab, std::memory_order_release);
   Lab* head = g_lab_all.load(std::memory_order_relaxed);
@@ -398,14 +398,14 @@ void resize_slots(Lab* lab) {
   lab->pending_budget = pending_share(committed_bytes(), sharers);
   if (to == slots) return;
   give_all_chains(lab);  // each chain's slot and limit depend on the slot count
-  lab->pending_mask = to - 1;
+  set_pending_slots(lab, to);
 }
 
 }  // namespace
 
 void lab_flush_pending(Lab* lab) {
   give_all_chains(lab);
-  lab->pending_mask = kPendingChains - 1;  // its next use starts small
+  set_pending_slots(lab, kPendingChains);  // its next use starts small
   lab->pending_budget = kPendingBudget;
   new_window(lab);
 }
@@ -637,6 +637,8 @@ bool lab_is_valid(const Lab* lab) {
       (slots != kPendingChains && !grows_chains(lab)))
     ok = report_invariant("lab: pending slot count not a power of two in range, or grown in a LAB that grows none",
                           slots);
+  if (lab->pending_offsets != lab->pending_mask * sizeof(PendingChain))
+    ok = report_invariant("lab: pending_offsets is not the slot mask scaled to slots", lab->pending_offsets);
   uint64_t of_class[kClassCount] = {};  // the masks, derived from the chains
   uint64_t bytes = 0;
   for (unsigned i = 0; i < slots && i < kPendingMax; i++) {

@@ -262,6 +262,7 @@ struct Lab {
   uint32_t pending_buddies;    // of them, with a chain with room left in the slot they would share with half the slots
   uint32_t pending_bytes;      // sum over chains of pending_bytes_of (below)
   uint32_t pending_budget;     // bytes its chains may hold (above); kPendingBudget unless its chains grow
+  uint32_t pending_offsets;    // pending_mask * sizeof(PendingChain): free's fast path (pending_chain_of)
   uint64_t pending_of_class[kClassCount];  // bit i % 64: pending[i] may hold blocks of that class
   HolderField<Span*> kept[kClassCount][kKeptSpans];  // kept spans (above), kept_n[c] of them per class
   HolderField<uint8_t> kept_n[kClassCount];
@@ -308,6 +309,21 @@ FW_INLINE uintptr_t pending_key(const Span* d) { return reinterpret_cast<uintptr
 // Its slot in lab, whatever lab's slot count (0 in a placeholder).
 FW_INLINE unsigned pending_slot_in(const Lab* lab, const Span* d) {
   return unsigned(pending_key(d)) & lab->pending_mask;
+}
+// The same slot for free's fast path, as a byte offset: a descriptor's
+// address is its key times 64, so half of it is the key times a slot's size,
+// and pending_offsets (the mask scaled the same way) keeps the slot's bits.
+// One shift and one masking load give the chain's offset from lab->pending,
+// which the fast path's loads and stores then use as an index.
+static_assert(sizeof(Span) == 2 * sizeof(PendingChain), "a descriptor address / 2 is its key's slot offset");
+FW_INLINE PendingChain* pending_chain_of(Lab* lab, const Span* d) {
+  const uintptr_t off = (reinterpret_cast<uintptr_t>(d) / 2) & lab->pending_offsets;
+  return reinterpret_cast<PendingChain*>(reinterpret_cast<char*>(lab->pending) + off);
+}
+// Sets lab's slot count (a power of two, lab.h), both of its forms.
+FW_INLINE void set_pending_slots(Lab* lab, uint32_t slots) {
+  lab->pending_mask = slots - 1;
+  lab->pending_offsets = (slots - 1) * uint32_t(sizeof(PendingChain));
 }
 
 FW_INLINE bool is_placeholder(const Lab* lab) {

@@ -302,7 +302,7 @@ TEST_CASE("a LAB at the most chain slots whose window had conflicts enough to do
     // starts evicted a chain, none found one in its partner slot (the pattern
     // of spans in two regions at the same places, where the upper half of the
     // slots stays empty).
-    lab->pending_mask = kPendingMax - 1;
+    set_pending_slots(lab, kPendingMax);
     lab->pending_started = kPendingMax - 1;
     lab->pending_conflicts = kPendingMax / 2;
     lab->pending_buddies = 0;
