@@ -528,6 +528,13 @@ void lab_collect_current() {
   lab_leave(slot);
 }
 
+// lab_refill's block p of class c, carved and handed out at once: counted
+// as a block taken off free[c] is.
+FW_INLINE void* handed_out(Lab* lab, unsigned c, void* p) {
+  lab_count(lab->allocs[c]);
+  return p;
+}
+
 void* lab_refill(Lab* lab, unsigned c) {
   for (;;) {
     if (void* p = lab->free[c]) {
@@ -540,7 +547,7 @@ void* lab_refill(Lab* lab, unsigned c) {
     if (Span* s = lab->hot[c]) {
       if ((lab->free[c] = own_take(lab, s, c)) != nullptr) continue;  // the blocks its holder freed
       if ((lab->free[c] = span_collect(s)) != nullptr) continue;
-      if ((lab->free[c] = span_carve(s)) != nullptr) continue;
+      if (void* p = span_carve_take(s, &lab->free[c])) return handed_out(lab, c, p);
       // s has no block left to give.
       if (keeps_spans(lab)) {
         if (kept_switch(lab, c)) continue;
@@ -561,7 +568,10 @@ void* lab_refill(Lab* lab, unsigned c) {
     if (s == nullptr) return nullptr;
     own_set(s, nullptr, 0);  // pool_next and large_size meant other things until now (span.h)
     lab->hot[c] = s;
-    lab->free[c] = list != nullptr ? list : span_carve(s);
+    lab->free[c] = list;
+    if (list == nullptr) {
+      if (void* p = span_carve_take(s, &lab->free[c])) return handed_out(lab, c, p);
+    }
   }
 }
 

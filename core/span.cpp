@@ -254,29 +254,67 @@ void* span_collect(Span* s) {
   }
 }
 
-void* span_carve(Span* s) {
+namespace {
+
+// The next batch of s's uncarved blocks: marks them carved and returns the
+// first, with *n the batch's count and *bsize their size; nullptr when every
+// block is carved.
+FW_INLINE char* carve_batch(Span* s, uint32_t* n_out, uint32_t* bsize_out) {
   uint32_t carved = s->carved.load(std::memory_order_relaxed);
   uint32_t capacity = s->capacity.load(std::memory_order_relaxed);
   if (carved >= capacity) return nullptr;
   uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
-  uint64_t bytes = uint64_t(carved) * bsize;
-  if (bytes < os::page_size()) bytes = os::page_size();
-  if (bytes > kCarveMaxBytes) bytes = kCarveMaxBytes;
-  uint32_t n = uint32_t(bytes / bsize);
-  if (n == 0) n = 1;
-  if (n > capacity - carved) n = capacity - carved;
-  char* first = reinterpret_cast<char*>(span_blocks(s)) + size_t(carved) * bsize;
-  char* p = first;
-  const bool secure = secure_mode();  // free blocks carry the fill (secure_heap.h)
+  uint32_t n = 1;  // a block of kCarveMaxBytes or more is a batch of its own
+  if (bsize < kCarveMaxBytes) {
+    uint64_t bytes = uint64_t(carved) * bsize;
+    if (bytes < os::page_size()) bytes = os::page_size();
+    if (bytes > kCarveMaxBytes) bytes = kCarveMaxBytes;
+    n = uint32_t(bytes / bsize);
+    if (n == 0) n = 1;  // a block of more than a page
+    if (n > capacity - carved) n = capacity - carved;
+  }
+  s->carved.store(carved + n, std::memory_order_relaxed);
+  *n_out = n;
+  *bsize_out = bsize;
+  return reinterpret_cast<char*>(span_blocks(s)) + size_t(carved) * bsize;
+}
+
+// Formats the n >= 1 blocks from p as free ones, linked in address order.
+void format_free(char* p, uint32_t n, uint32_t bsize, bool secure) {
   for (uint32_t i = 1; i < n; i++, p += bsize) {
     block_link(p, p + bsize);
     set_canary(p);  // never handed out counts as free: freeing it is an error
-    if (secure) secure_fill(p, bsize);
+    if (secure) secure_fill(p, bsize);  // free blocks carry the fill (secure_heap.h)
   }
   block_link(p, nullptr);
   set_canary(p);
   if (secure) secure_fill(p, bsize);
-  s->carved.store(carved + n, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+void* span_carve(Span* s) {
+  uint32_t n, bsize;
+  char* first = carve_batch(s, &n, &bsize);
+  if (first != nullptr) format_free(first, n, bsize, secure_mode());
+  return first;
+}
+
+void* span_carve_take(Span* s, void** rest) {
+  uint32_t n, bsize;
+  char* first = carve_batch(s, &n, &bsize);
+  *rest = nullptr;
+  if (first == nullptr) return nullptr;
+  const bool secure = secure_mode();
+  if (n > 1) {
+    format_free(first + bsize, n - 1, bsize, secure);
+    *rest = first + bsize;
+  }
+  // As a block popped off a list leaves: with the fill secure mode checks
+  // (secure_format), and a canary word that does not say "free" whatever the
+  // memory held before.
+  if (secure) secure_fill(first, bsize);
+  clear_canary(first);
   return first;
 }
 

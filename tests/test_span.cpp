@@ -47,6 +47,53 @@ TEST_CASE("a span's reuse threshold is exactly FREEWAY_REUSE_PERCENT of its bloc
   CHECK(reuse_threshold(1) == 1);
 }
 
+TEST_CASE("span_carve_take hands out every block of a span once, each counted as carved, for every class") {
+  REQUIRE(arena_init());
+  for (unsigned c = 0; c < kClassCount; c++) {
+    CAPTURE(c);
+    Span* s = pool_take_span(0);
+    REQUIRE(s != nullptr);
+    REQUIRE(span_make_hot(s, c, &g_owner));
+    const uintptr_t base = span_blocks(s);
+    const uint32_t bsize = class_block_size(c), capacity = s->capacity.load();
+    std::vector<void*> blocks;
+    for (;;) {
+      const uint32_t before = s->carved.load();
+      void* rest = reinterpret_cast<void*>(uintptr_t(1));
+      void* p = span_carve_take(s, &rest);
+      if (p == nullptr) {
+        CHECK(rest == nullptr);
+        break;
+      }
+      // The block after the last one carved, now counted as carved (free's
+      // block test accepts it), and in use: its canary word does not say free.
+      CHECK(reinterpret_cast<uintptr_t>(p) == base + uintptr_t(before) * bsize);
+      CHECK(s->carved.load() > before);
+      CHECK(static_cast<uint64_t*>(p)[1] != canary_of(p));
+      blocks.push_back(p);
+      // The rest of the batch: the blocks after it, in order, free, up to carved.
+      uint32_t k = before + 1;
+      for (void* b = rest; b != nullptr; b = block_next(b), k++) {
+        CHECK(reinterpret_cast<uintptr_t>(b) == base + uintptr_t(k) * bsize);
+        CHECK(static_cast<uint64_t*>(b)[1] == canary_of(b));
+        clear_canary(b);  // handed out, as malloc does
+        blocks.push_back(b);
+      }
+      CHECK(k == s->carved.load());
+      REQUIRE(blocks.size() <= capacity);  // a carve that counted nothing would loop here
+    }
+    CHECK(s->carved.load() == capacity);
+    CHECK(blocks.size() == capacity);
+    // Every block back: the span is FREE again.
+    for (size_t i = 0; i < blocks.size(); i++) {
+      set_canary(blocks[i]);
+      block_link(blocks[i], i + 1 < blocks.size() ? blocks[i + 1] : nullptr);
+    }
+    span_release(s, blocks[0]);
+    CHECK(anchor_of(s).state == kFree);
+  }
+}
+
 TEST_CASE("anchor packs and unpacks every field") {
   Anchor a{65536, 65536, kPartial, true, (1u << 26) - 1};
   Anchor b = Anchor::unpack(a.pack());
