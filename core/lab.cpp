@@ -281,6 +281,7 @@ void kept_release(Lab* lab, unsigned c, unsigned i) {
   uint32_t n = own_count(k);
   void* list = own_take(lab, k, c);
   lab->kept[c][i] = lab->kept[c][--lab->kept_n[c]];
+  if (lab->kept_n[c] == 0) lab->kept_classes &= ~(uint64_t(1) << c);
   span_release_counted(k, list, n);
 }
 
@@ -311,7 +312,8 @@ void release_kept(Lab* lab, unsigned c) {
 // the shared stacks for a span (lab_refill), the ones it still has empty go
 // where any thread can use them.
 void release_empty_kept(Lab* lab) {
-  for (unsigned c = 0; c < kClassCount; c++) {
+  for (uint64_t classes = lab->kept_classes; classes != 0; classes &= classes - 1) {
+    const unsigned c = unsigned(__builtin_ctzll(classes));
     // Downwards: kept_release moves the last entry, already visited, into i.
     for (unsigned i = lab->kept_n[c]; i-- > 0;) {
       Span* k = lab->kept[c][i];
@@ -553,6 +555,7 @@ void* lab_refill(Lab* lab, unsigned c) {
         if (kept_switch(lab, c)) continue;
         if (lab->kept_n[c] < kept_limit(c)) {
           lab->kept[c][lab->kept_n[c]++] = s;
+          lab->kept_classes |= uint64_t(1) << c;
           lab->hot[c] = nullptr;
         }
       }
@@ -704,6 +707,8 @@ bool lab_is_valid(const Lab* lab) {
   }
   for (unsigned c = 0; c < kClassCount; c++) {
     unsigned kept = lab->kept_n[c];
+    if ((kept > 0) != (((lab->kept_classes >> c) & 1) != 0))
+      ok = report_invariant("lab: kept_classes disagrees with kept_n", c);
     if (kept > kept_limit(c) || (kept > 0 && !keeps_spans(lab))) {
       ok = report_invariant("lab: kept spans in a LAB that keeps none, or too many", c);
       continue;

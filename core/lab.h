@@ -50,7 +50,7 @@
 //   kept[c][0..kept_n[c]) are distinct HOT spans of class c with owner == this
 //   LAB, none of them hot[c], at most kept_limit(c) of them; only per-thread
 //   LABs outside secure mode keep spans (keeps_spans), every other LAB has
-//   kept_n[c] == 0.
+//   kept_n[c] == 0; bit c of kept_classes is set iff kept_n[c] > 0.
 //   pending_mask + 1 (the chain slots in use) is a power of two from
 //   kPendingChains to kPendingMax, kPendingChains unless the LAB's chains
 //   grow (grows_chains: a per-thread or CPU LAB outside secure mode); 0 in a
@@ -208,6 +208,7 @@ constexpr uint32_t kPendingShare = 16;            // per-thread LABs' chains: 1/
 // At most: every slot of a grown LAB holding a whole 64 KiB span's blocks (a
 // chain takes no more than its span has in use, so a bigger budget buys nothing).
 constexpr uint32_t kPendingBudgetMax = kPendingMax * 64 * 1024;
+static_assert(kClassCount <= 64, "kept_classes has a bit per class");
 static_assert((kPendingMax & (kPendingMax - 1)) == 0 && kPendingMax % kPendingChains == 0, "slots double");
 // Blocks a chain of blocks of bsize bytes takes when the LAB has `slots` slots
 // (at least 1) and a budget of `budget` bytes: with kPendingBudget, 16 KiB of
@@ -266,6 +267,7 @@ struct Lab {
   uint64_t pending_of_class[kClassCount];  // bit i % 64: pending[i] may hold blocks of that class
   HolderField<Span*> kept[kClassCount][kKeptSpans];  // kept spans (above), kept_n[c] of them per class
   HolderField<uint8_t> kept_n[kClassCount];
+  uint64_t kept_classes;  // bit c: kept_n[c] > 0 (release_empty_kept visits only those classes)
   std::atomic<uint64_t> allocs[kClassCount];
   std::atomic<uint64_t> frees[kClassCount];
   // Per-CPU mode's fast paths count in the CPU LAB whose slot they used
