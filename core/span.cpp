@@ -293,13 +293,6 @@ void format_free(char* p, uint32_t n, uint32_t bsize, bool secure) {
 
 }  // namespace
 
-void* span_carve(Span* s) {
-  uint32_t n, bsize;
-  char* first = carve_batch(s, &n, &bsize);
-  if (first != nullptr) format_free(first, n, bsize, secure_mode());
-  return first;
-}
-
 void* span_carve_take(Span* s, void** rest) {
   uint32_t n, bsize;
   char* first = carve_batch(s, &n, &bsize);

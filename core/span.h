@@ -190,13 +190,11 @@ bool span_claim_reusable(Span* s, unsigned cls, Lab* lab, void** list);
 // Owner: takes every block on the remote free list; nullptr if none.
 void* span_collect(Span* s);
 
-// Owner: carves blocks never handed out into a list; nullptr if all are carved.
-void* span_carve(Span* s);
-// The same for an owner that hands out the batch's first block at once: it
-// comes back in use (no link, its canary word clear), and *rest gets the
-// batch's other blocks as a list (nullptr if the batch was one block: blocks
-// of kCarveMaxBytes or more, where every refill carved one and linked it only
-// for the caller to unlink it).
+// Owner: carves the next batch of blocks never handed out and hands out its
+// first: it comes back in use (no link, its canary word clear), and *rest gets
+// the batch's other blocks as a free list (nullptr if the batch was one block,
+// as every batch of blocks of kCarveMaxBytes or more is). nullptr (and *rest
+// nullptr) if every block is carved.
 void* span_carve_take(Span* s, void** rest);
 
 // Owner: HOT -> FULL for a span with no free block left. False when remote

@@ -21,17 +21,25 @@ Lab g_owner;  // a LAB stand-in: the transitions only compare owner pointers
 
 Anchor anchor_of(const Span* s) { return Anchor::unpack(s->anchor.load()); }
 
+// Carves every block hot span s has left and hands them all out, in order.
+std::vector<void*> carve_all(Span* s) {
+  std::vector<void*> blocks;
+  void* rest;
+  while (void* p = span_carve_take(s, &rest)) {
+    blocks.push_back(p);
+    for (void* b = rest; b != nullptr; b = block_next(b)) blocks.push_back(b);
+  }
+  for (void* b : blocks) clear_canary(b);  // handed out, as malloc does
+  return blocks;
+}
+
 // A hot span of class c with every block carved; returns the blocks in order.
 std::vector<void*> hot_span_all_carved(Span*& s, unsigned c) {
   REQUIRE(arena_init());
   s = pool_take_span(0);
   REQUIRE(s != nullptr);
   REQUIRE(span_make_hot(s, c, &g_owner));
-  std::vector<void*> blocks;
-  for (void* list = span_carve(s); list != nullptr; list = span_carve(s))
-    for (void* b = list; b != nullptr; b = block_next(b)) blocks.push_back(b);
-  for (void* b : blocks) clear_canary(b);  // handed out, as malloc does
-  return blocks;
+  return carve_all(s);
 }
 
 }  // namespace
@@ -251,13 +259,7 @@ TEST_CASE("a span recycled into another class while linked is moved to its class
   }
   for (Span* o : others) pool_give(o, 1);
   REQUIRE(span_make_hot(s, b, &g_owner));
-  auto blocks_b = [&] {
-    std::vector<void*> v;
-    for (void* l = span_carve(s); l; l = span_carve(s))
-      for (void* x = l; x; x = block_next(x)) v.push_back(x);
-    for (void* x : v) clear_canary(x);
-    return v;
-  }();
+  auto blocks_b = carve_all(s);
   REQUIRE(span_float(s, &g_owner));
   uint32_t threshold = reuse_threshold(uint32_t(blocks_b.size()));
   for (uint32_t i = 0; i < threshold; i++) span_free_remote(s, blocks_b[i]);
@@ -300,10 +302,9 @@ TEST_CASE("releasing a hot span settles it by its free count") {
     REQUIRE(arena_init());
     Span* s = pool_take_span(0);
     REQUIRE(span_make_hot(s, c, &g_owner));
-    void* list = span_carve(s);  // a first batch; the rest stays uncarved
-    void* first = list;
-    list = block_next(list);
-    clear_canary(first);
+    void* list;
+    void* first = span_carve_take(s, &list);  // a first batch; the rest stays uncarved
+    REQUIRE(list != nullptr);
     span_release(s, list);  // all but `first` back
     CHECK(anchor_of(s).state == kPartial);
     CHECK(span_is_valid(s));
@@ -351,7 +352,8 @@ TEST_CASE("a block freed again after its span went back to the pool and was carv
     for (void* p : blocks) span_free_remote(s, p);  // every block freed: the span goes back to the pool
     span_release(s, nullptr);
     Span* again = pool_take_span(0);
-    if (again != s || !span_make_hot(again, c, &g_owner) || span_carve(again) == nullptr ||
+    void* rest;
+    if (again != s || !span_make_hot(again, c, &g_owner) || span_carve_take(again, &rest) == nullptr ||
         again->carved.load() >= again->capacity.load()) {
       fwtest::misuse::say("child: setup failed: the span was not taken again and carved in part\n");
       _exit(99);
