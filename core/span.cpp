@@ -36,11 +36,17 @@ uint64_t span_hot_bytes() {
 
 namespace {
 
-// Blocks carved per refill: as many bytes as the span has carved so far (the
-// batch doubles), at least a page and at most kCarveMaxBytes. A class a
-// program uses a few times touches one page of its span, not 16 KiB; a busy
-// class reaches full batches after two refills.
-constexpr uint32_t kCarveMaxBytes = 16 * 1024;
+// Blocks carved per refill (span.h, kCarveMaxBytes). Blocks smaller than a
+// page: as many bytes as the span has carved so far (the batch doubles), at
+// least a page and at most kCarveMaxBytes. A class a program uses a few times
+// touches one page of its span, not 16 KiB; a busy class reaches full batches
+// after two refills. Blocks of a page or more: the carve writes only the first
+// words of each (link and canary), so it touches a page per block, and a batch
+// is kCarvePages blocks, the pages a full batch of small blocks touches
+// (counted in bytes, a block of 16 KiB or more was a batch of its own, and
+// nearly every malloc of one took a refill; mimalloc extends its pages by at
+// least 4 blocks). Secure mode fills every free block whole (secure_heap.h),
+// so there such a block is still a batch of its own.
 
 // One CAS on the anchor. Success is release (publishes the block links and the
 // owner's writes); failure reloads with acquire.
@@ -256,23 +262,23 @@ void* span_collect(Span* s) {
 
 namespace {
 
-// The next batch of s's uncarved blocks: marks them carved and returns the
-// first, with *n the batch's count and *bsize their size; nullptr when every
-// block is carved.
-FW_INLINE char* carve_batch(Span* s, uint32_t* n_out, uint32_t* bsize_out) {
+// The next batch of s's uncarved blocks (secure: for secure mode): marks them
+// carved and returns the first, with *n the batch's count and *bsize their
+// size; nullptr when every block is carved.
+FW_INLINE char* carve_batch(Span* s, bool secure, uint32_t* n_out, uint32_t* bsize_out) {
   uint32_t carved = s->carved.load(std::memory_order_relaxed);
   uint32_t capacity = s->capacity.load(std::memory_order_relaxed);
   if (carved >= capacity) return nullptr;
   uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
-  uint32_t n = 1;  // a block of kCarveMaxBytes or more is a batch of its own
-  if (bsize < kCarveMaxBytes) {
+  const uint32_t page = uint32_t(os::page_size());
+  uint32_t n = secure ? 1 : kCarvePages;  // a block of a page or more: one page touched each
+  if (bsize < page) {
     uint64_t bytes = uint64_t(carved) * bsize;
-    if (bytes < os::page_size()) bytes = os::page_size();
+    if (bytes < page) bytes = page;
     if (bytes > kCarveMaxBytes) bytes = kCarveMaxBytes;
     n = uint32_t(bytes / bsize);
-    if (n == 0) n = 1;  // a block of more than a page
-    if (n > capacity - carved) n = capacity - carved;
   }
+  if (n > capacity - carved) n = capacity - carved;
   s->carved.store(carved + n, std::memory_order_relaxed);
   *n_out = n;
   *bsize_out = bsize;
@@ -295,10 +301,10 @@ void format_free(char* p, uint32_t n, uint32_t bsize, bool secure) {
 
 void* span_carve_take(Span* s, void** rest) {
   uint32_t n, bsize;
-  char* first = carve_batch(s, &n, &bsize);
+  const bool secure = secure_mode();
+  char* first = carve_batch(s, secure, &n, &bsize);
   *rest = nullptr;
   if (first == nullptr) return nullptr;
-  const bool secure = secure_mode();
   if (n > 1) {
     format_free(first + bsize, n - 1, bsize, secure);
     *rest = first + bsize;

@@ -190,11 +190,16 @@ bool span_claim_reusable(Span* s, unsigned cls, Lab* lab, void** list);
 // Owner: takes every block on the remote free list; nullptr if none.
 void* span_collect(Span* s);
 
+// A carve's batch (span_carve_take, span.cpp): blocks smaller than a page
+// fill at most kCarveMaxBytes; bigger ones, whose carve touches only their
+// first page, come kCarvePages at a time (one in secure mode, which fills them).
+constexpr uint32_t kCarveMaxBytes = 16 * 1024;
+constexpr uint32_t kCarvePages = 4;
+
 // Owner: carves the next batch of blocks never handed out and hands out its
 // first: it comes back in use (no link, its canary word clear), and *rest gets
-// the batch's other blocks as a free list (nullptr if the batch was one block,
-// as every batch of blocks of kCarveMaxBytes or more is). nullptr (and *rest
-// nullptr) if every block is carved.
+// the batch's other blocks as a free list (nullptr if the batch was one block).
+// nullptr (and *rest nullptr) if every block is carved.
 void* span_carve_take(Span* s, void** rest);
 
 // Owner: HOT -> FULL for a span with no free block left. False when remote

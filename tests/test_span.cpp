@@ -1,6 +1,7 @@
 // Span descriptors: the anchor word and every state transition of a small span.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "core/arena.h"
@@ -12,6 +13,7 @@
 #include "core/span.h"
 #include "core/span_pool.h"
 #include "misuse_util.h"
+#include "platform/os.h"
 
 using namespace fw;
 
@@ -55,7 +57,7 @@ TEST_CASE("a span's reuse threshold is exactly FREEWAY_REUSE_PERCENT of its bloc
   CHECK(reuse_threshold(1) == 1);
 }
 
-TEST_CASE("span_carve_take hands out every block of a span once, each counted as carved, for every class") {
+TEST_CASE("span_carve_take hands out every block of a span once, each counted as carved, in batches within bounds, for every class") {
   REQUIRE(arena_init());
   for (unsigned c = 0; c < kClassCount; c++) {
     CAPTURE(c);
@@ -89,6 +91,13 @@ TEST_CASE("span_carve_take hands out every block of a span once, each counted as
       }
       CHECK(k == s->carved.load());
       REQUIRE(blocks.size() <= capacity);  // a carve that counted nothing would loop here
+      // The batch's bound: the bytes of blocks smaller than a page; for
+      // bigger ones, whose carve touches a page each, kCarvePages of them.
+      const uint32_t batch = k - before;
+      if (bsize >= os::page_size())
+        CHECK(batch == std::min(kCarvePages, capacity - before));
+      else
+        CHECK(uint64_t(batch) * bsize <= kCarveMaxBytes);
     }
     CHECK(s->carved.load() == capacity);
     CHECK(blocks.size() == capacity);
