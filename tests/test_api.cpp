@@ -1163,7 +1163,7 @@ TEST_CASE("fw_stats per-class allocs and frees counts move with malloc and free"
   }
 }
 
-TEST_CASE("fw_stats reports committed and reserved memory and one live thread (per-thread mode; none per-CPU)") {
+TEST_CASE("fw_stats reports committed and reserved memory and one live thread (per-thread mode: none per-CPU)") {
   void* p = malloc(1000);
   escape(p);
   fw_stats_t s = stats();

@@ -560,13 +560,12 @@ TEST_CASE("a process that exited but was not reaped yet (a zombie) has a stale s
   waitpid(child, &status, 0);
 }
 
-TEST_CASE("list shows live and stale segments; prune removes only the stale ones") {
+TEST_CASE("list shows live and stale segments: prune removes only the stale ones") {
   TempDir dir;
   uint64_t me = uint64_t(getpid()), dead = dead_pid();
   SegmentBuilder sb = small_heap();
-  sb.pid = me;
-  REQUIRE(fwi::process_start_ticks(me, &sb.start_ticks));
-  write_file(dir.path + "/freeway." + std::to_string(me), sb.build());
+  // Alive: this process's, mapped by it as a publishing process maps its own.
+  LiveFile mine(dir.path, sb);
   sb.pid = dead;
   write_file(dir.path + "/freeway." + std::to_string(dead), sb.build());
   write_file(dir.path + "/freeway.notapid", sb.build());

@@ -469,7 +469,7 @@ TEST_CASE("a parked LAB not taken within kParkedNs is flushed at the next thread
   CHECK(fw_check_heap() == 0);
 }
 
-TEST_CASE("at most min(CPUs, kMaxParked) LABs are parked; a thread exiting when every slot is taken releases its spans") {
+TEST_CASE("at most min(CPUs, kMaxParked) LABs are parked: a thread exiting when every slot is taken releases its spans") {
   fw_collect();
   const unsigned slots = unsigned(os::cpu_count()) < kMaxParked ? unsigned(os::cpu_count()) : kMaxParked;
   const unsigned n = slots + 2;

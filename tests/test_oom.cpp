@@ -258,7 +258,7 @@ TEST_CASE("at the address-space limit, small blocks and one-span large blocks co
   }
 }
 
-TEST_CASE("with RLIMIT_AS lowered just above current use after start, threads allocate until ENOMEM; once they "
+TEST_CASE("with RLIMIT_AS lowered just above current use after start, threads allocate until ENOMEM: once they "
           "exit, allocation works again, in the main thread and in new threads") {
   // After glibc's tst-malloc-thread-fail: the limit comes after start, so the
   // allocator's first reservations must be small enough to leave room for

@@ -361,7 +361,7 @@ TEST_CASE("secure: usable size is the size asked for, calloc zeroes it, realloc 
   CHECK(fw_check_heap() == 0);
 }
 
-TEST_CASE("secure: guard pages stay within a quarter of the OS's limit on mappings; past it spans go without, "
+TEST_CASE("secure: guard pages stay within a quarter of the OS's limit on mappings: past it spans go without, "
           "said once on stderr, and the heap stays sound") {
   // On Linux each guard page splits a read-write mapping (up to two more
   // mappings of vm.max_map_count's 65530), and a heap of a few GiB would leave

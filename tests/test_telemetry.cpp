@@ -328,7 +328,7 @@ TEST_CASE("telemetry: a fork handler the program registered before telemetry sta
   fw_telemetry_stop();
 }
 
-TEST_CASE("telemetry: a process that exits removes its segment; one killed leaves it for the inspector to prune") {
+TEST_CASE("telemetry: a process that exits removes its segment: one killed leaves it for the inspector to prune") {
   pid_t a = fwtest::fork_flushed();
   REQUIRE(a >= 0);
   if (a == 0) std::exit(fw_telemetry_start() == 0 ? 0 : 1);
