@@ -50,7 +50,8 @@
 //   kept[c][0..kept_n[c]) are distinct HOT spans of class c with owner == this
 //   LAB, none of them hot[c], at most kept_limit(c) of them; only per-thread
 //   LABs outside secure mode keep spans (keeps_spans), every other LAB has
-//   kept_n[c] == 0; bit c of kept_classes is set iff kept_n[c] > 0.
+//   kept_n[c] == 0; bit c of kept_classes is set iff kept_n[c] > 0;
+//   kept_next <= kClassCount.
 //   pending_mask + 1 (the chain slots in use) is a power of two from
 //   kPendingChains to kPendingMax, kPendingChains unless the LAB's chains
 //   grow (grows_chains: a per-thread or CPU LAB outside secure mode); 0 in a
@@ -116,9 +117,9 @@ constexpr uint64_t kParkedCheckEvery = 64;          // span-pool acquisitions be
 // last block in use is freed (by its thread or by others) stays kept, all its
 // blocks on its lists: the thread's next blocks of the class come off them with
 // no carving (threadtest frees every block each round). Kept spans with no
-// block in use go back to the span-pool when the thread next takes a span from
-// the shared stacks (lab_refill), for any class, and at its exit or
-// fw_collect. Bound: a LAB keeps at most kKeptSpans spans and
+// block in use go back to the span-pool as the thread takes spans from the
+// shared stacks (lab_refill), one other class at each, in turn
+// (release_empty_kept), and at its exit or fw_collect. Bound: a LAB keeps at most kKeptSpans spans and
 // kKeptBytes per class besides its hot span, which adds at most kKeptBytes per
 // class to the blowup bound's per-cache term (docs/design.md).
 constexpr unsigned kKeptSpans = 16;
@@ -264,6 +265,7 @@ struct Lab {
   uint32_t pending_bytes;      // sum over chains of pending_bytes_of (below)
   uint32_t pending_budget;     // bytes its chains may hold (above); kPendingBudget unless its chains grow
   uint32_t pending_offsets;    // pending_mask * sizeof(PendingChain): free's fast path (pending_chain_of)
+  uint32_t kept_next;          // release_empty_kept's next class to visit, at most kClassCount
   uint64_t pending_of_class[kClassCount];  // bit i % 64: pending[i] may hold blocks of that class
   HolderField<Span*> kept[kClassCount][kKeptSpans];  // kept spans (above), kept_n[c] of them per class
   HolderField<uint8_t> kept_n[kClassCount];

@@ -146,7 +146,7 @@ TEST_CASE("a kept span whose last block in use is freed stays kept, and the thre
   CHECK(fw_check_heap() == 0);
 }
 
-TEST_CASE("an emptied kept span goes back to the span-pool when its thread next takes a span from the shared stacks") {
+TEST_CASE("an emptied kept span goes back to the span-pool when its thread next takes a span from the shared stacks, its class the only one with kept spans") {
   // No LAB parked by earlier cases: one taken over could keep spans of this
   // class that other threads' frees have emptied, which would go back too.
   fw_collect();
@@ -179,6 +179,84 @@ TEST_CASE("an emptied kept span goes back to the span-pool when its thread next 
     CHECK(fw_check_heap() == 0);
     for (void* p : other) fw_free(p);
     free_all_but(v, first);
+  }).join();
+  CHECK(fw_check_heap() == 0);
+}
+
+TEST_CASE("emptied kept spans of several classes go back one class per span taken, all within as many spans as "
+          "classes with kept spans: kept spans with blocks in use stay") {
+  fw_collect();
+  std::thread([] {
+    // Three classes, each with three spans filled; then the first span of each
+    // is emptied (kept, no block in use) and the second stays kept with every
+    // block in use. (Emptied before every class is filled, a span would go
+    // back as the next class takes its spans.)
+    const size_t sizes[] = {64, 128, 256};
+    std::vector<void*> blocks[3];
+    Span* emptied[3];
+    Span* in_use[3];
+    for (int k = 0; k < 3; k++) {
+      std::vector<Span*> spans;
+      for (uint32_t i = 0; i < 3 * class_info(class_of(sizes[k])).capacity; i++) {
+        void* p = fw_malloc(sizes[k]);
+        REQUIRE(p != nullptr);
+        blocks[k].push_back(p);
+        if (spans.empty() || spans.back() != span_of(p)) spans.push_back(span_of(p));
+      }
+      REQUIRE(spans.size() >= 3);
+      emptied[k] = spans[0];
+      in_use[k] = spans[1];
+    }
+    std::vector<void*> live;
+    for (int k = 0; k < 3; k++) {
+      for (void* p : blocks[k]) {
+        if (span_of(p) == emptied[k]) fw_free(p);
+        else live.push_back(p);
+      }
+      REQUIRE(state_of(emptied[k]) == kHot);
+    }
+    auto still_kept = [](const Span* s, unsigned c) {
+      const Lab* lab = lab_current();
+      return std::count(lab->kept[c], lab->kept[c] + lab->kept_n[c], s) != 0;
+    };
+    auto released = [&] {
+      int n = 0;
+      for (int k = 0; k < 3; k++) n += !still_kept(emptied[k], class_of(sizes[k]));
+      return n;
+    };
+    REQUIRE(released() == 0);
+    // Blocks of a fourth class, counting the spans the thread takes from the
+    // shared stacks: each gives back the empty kept spans of at most one
+    // class; this class's own exhausted spans may join the turn.
+    const size_t big = 4096;
+    const unsigned c2 = class_of(big);
+    std::vector<void*> other;
+    Span* hot = lab_current()->hot[c2];
+    unsigned taken = 0;
+    int before = 0;
+    while (released() < 3 && taken < 4 && other.size() < 64 * class_info(c2).capacity) {
+      Span* was_kept[kKeptSpans];
+      const unsigned n = lab_current()->kept_n[c2];
+      std::copy(lab_current()->kept[c2], lab_current()->kept[c2] + n, was_kept);
+      other.push_back(fw_malloc(big));
+      Span* now = lab_current()->hot[c2];
+      if (now != hot && std::find(was_kept, was_kept + n, now) == was_kept + n) {
+        taken++;
+        CHECK(released() - before <= 1);
+        before = released();
+      }
+      hot = now;
+    }
+    CHECK(released() == 3);
+    CHECK(taken <= 4);
+    for (int k = 0; k < 3; k++) {
+      CHECK((state_of(emptied[k]) == kFree || emptied[k]->cls.load() == c2));
+      CHECK(still_kept(in_use[k], class_of(sizes[k])));
+      CHECK(state_of(in_use[k]) == kHot);
+    }
+    CHECK(fw_check_heap() == 0);
+    for (void* p : other) fw_free(p);
+    for (void* p : live) fw_free(p);
   }).join();
   CHECK(fw_check_heap() == 0);
 }
