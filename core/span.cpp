@@ -41,12 +41,13 @@ namespace {
 // least a page and at most kCarveMaxBytes. A class a program uses a few times
 // touches one page of its span, not 16 KiB; a busy class reaches full batches
 // after two refills. Blocks of a page or more: the carve writes only the first
-// words of each (link and canary), so it touches a page per block, and a batch
-// is kCarvePages blocks, the pages a full batch of small blocks touches
+// words of each (link and canary), so it touches a page per block; the span's
+// first batch is one block (a class used once touches one page, as above), the
+// next ones kCarvePages blocks, the pages a full batch of small blocks touches
 // (counted in bytes, a block of 16 KiB or more was a batch of its own, and
 // nearly every malloc of one took a refill; mimalloc extends its pages by at
 // least 4 blocks). Secure mode fills every free block whole (secure_heap.h),
-// so there such a block is still a batch of its own.
+// so there such a block is always a batch of its own.
 
 // One CAS on the anchor. Success is release (publishes the block links and the
 // owner's writes); failure reloads with acquire.
@@ -271,7 +272,7 @@ FW_INLINE char* carve_batch(Span* s, bool secure, uint32_t* n_out, uint32_t* bsi
   if (carved >= capacity) return nullptr;
   uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
   const uint32_t page = uint32_t(os::page_size());
-  uint32_t n = secure ? 1 : kCarvePages;  // a block of a page or more: one page touched each
+  uint32_t n = secure || carved == 0 ? 1 : kCarvePages;  // a block of a page or more: one page touched each
   if (bsize < page) {
     uint64_t bytes = uint64_t(carved) * bsize;
     if (bytes < page) bytes = page;

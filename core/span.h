@@ -192,7 +192,8 @@ void* span_collect(Span* s);
 
 // A carve's batch (span_carve_take, span.cpp): blocks smaller than a page
 // fill at most kCarveMaxBytes; bigger ones, whose carve touches only their
-// first page, come kCarvePages at a time (one in secure mode, which fills them).
+// first page, come one in a span's first batch, then kCarvePages at a time
+// (always one in secure mode, which fills them).
 constexpr uint32_t kCarveMaxBytes = 16 * 1024;
 constexpr uint32_t kCarvePages = 4;
 
