@@ -8,7 +8,7 @@
 #include "core/free.h"
 #include "freeway.h"
 
-#define FW_OVERRIDE extern "C" __attribute__((visibility("default"), used))
+#define FW_OVERRIDE extern "C" __attribute__((visibility("default"), used, aligned(64)))
 
 FW_OVERRIDE void* malloc(size_t n) { return fw::alloc_small(n); }
 FW_OVERRIDE void free(void* p) { fw::free_block(p); }
