@@ -118,10 +118,11 @@ constexpr uint64_t kParkedCheckEvery = 64;          // span-pool acquisitions be
 // blocks on its lists: the thread's next blocks of the class come off them with
 // no carving (threadtest frees every block each round). Kept spans with no
 // block in use go back to the span-pool as the thread takes spans from the
-// shared stacks (lab_refill), one other class at each, in turn
-// (release_empty_kept), and at its exit or fw_collect. Bound: a LAB keeps at most kKeptSpans spans and
-// kKeptBytes per class besides its hot span, which adds at most kKeptBytes per
-// class to the blowup bound's per-cache term (docs/design.md).
+// shared stacks (lab_refill), those of one class at each, the classes in turn
+// (release_empty_kept), and at its exit or fw_collect. Bound: a LAB keeps at
+// most kKeptSpans spans and kKeptBytes per class besides its hot span, which
+// adds at most kKeptBytes per class to the blowup bound's per-cache term
+// (docs/design.md).
 constexpr unsigned kKeptSpans = 16;
 // And at most kKeptBytes of them per class: 16 spans of 64 KiB (blocks up to
 // 1 KiB), 4 of the 256 KiB spans of bigger blocks. Counted in spans alone, a

@@ -36,19 +36,6 @@ uint64_t span_hot_bytes() {
 
 namespace {
 
-// Blocks carved per refill (span.h, kCarveMaxBytes). Blocks smaller than a
-// page: as many bytes as the span has carved so far (the batch doubles), at
-// least a page and at most kCarveMaxBytes. A class a program uses a few times
-// touches one page of its span, not 16 KiB; a busy class reaches full batches
-// after two refills. Blocks of a page or more: the carve writes only the first
-// words of each (link and canary), so it touches a page per block; the span's
-// first batch is one block (a class used once touches one page, as above), the
-// next ones kCarvePages blocks, the pages a full batch of small blocks touches
-// (counted in bytes, a block of 16 KiB or more was a batch of its own, and
-// nearly every malloc of one took a refill; mimalloc extends its pages by at
-// least 4 blocks). Secure mode fills every free block whole (secure_heap.h),
-// so there such a block is always a batch of its own.
-
 // One CAS on the anchor. Success is release (publishes the block links and the
 // owner's writes); failure reloads with acquire.
 FW_INLINE bool anchor_cas(Span* s, uint64_t& expected, const Anchor& desired) {
@@ -266,6 +253,19 @@ namespace {
 // The next batch of s's uncarved blocks (secure: for secure mode): marks them
 // carved and returns the first, with *n the batch's count and *bsize their
 // size; nullptr when every block is carved.
+//
+// Its size (span.h, kCarveMaxBytes and kCarvePages). Blocks smaller than a
+// page: as many bytes as the span has carved so far (the batch doubles), at
+// least a page and at most kCarveMaxBytes. A class a program uses a few times
+// touches one page of its span, not 16 KiB; a busy class reaches full batches
+// after two refills. Blocks of a page or more: the carve writes only the first
+// words of each (link and canary), so it touches a page per block; the span's
+// first batch is one block (a class used once touches one page, as above), the
+// next ones kCarvePages blocks, the pages a full batch of small blocks touches
+// (counted in bytes, a block of 16 KiB or more was a batch of its own, and
+// nearly every malloc of one took a refill; mimalloc extends its pages by at
+// least 4 blocks). Secure mode fills every free block whole (secure_heap.h),
+// so there such a block is always a batch of its own.
 FW_INLINE char* carve_batch(Span* s, bool secure, uint32_t* n_out, uint32_t* bsize_out) {
   uint32_t carved = s->carved.load(std::memory_order_relaxed);
   uint32_t capacity = s->capacity.load(std::memory_order_relaxed);

@@ -124,6 +124,7 @@ FW_INLINE void* new_fast(size_t n) {
 
 }  // namespace
 
+// Aligned as the C functions are (override.cpp).
 #define FW_NEW __attribute__((visibility("default"), aligned(64)))
 using std::align_val_t;
 using std::nothrow_t;
