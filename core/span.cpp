@@ -272,12 +272,14 @@ FW_INLINE char* carve_batch(Span* s, bool secure, uint32_t* n_out, uint32_t* bsi
   if (carved >= capacity) return nullptr;
   uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
   const uint32_t page = uint32_t(os::page_size());
-  uint32_t n = secure || carved == 0 ? 1 : kCarvePages;  // a block of a page or more: one page touched each
+  uint32_t n;
   if (bsize < page) {
     uint64_t bytes = uint64_t(carved) * bsize;
     if (bytes < page) bytes = page;
     if (bytes > kCarveMaxBytes) bytes = kCarveMaxBytes;
     n = uint32_t(bytes / bsize);
+  } else {
+    n = secure || carved == 0 ? 1 : kCarvePages;  // one page touched per block
   }
   if (n > capacity - carved) n = capacity - carved;
   s->carved.store(carved + n, std::memory_order_relaxed);

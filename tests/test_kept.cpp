@@ -18,17 +18,16 @@ namespace {
 
 constexpr size_t kSize = 64;
 
-uint32_t per_span() { return class_info(class_of(kSize)).capacity; }
 uint32_t state_of(const Span* s) { return Anchor::unpack(s->anchor.load()).state; }
 uint32_t local_of(const Span* s) { return own_count(s); }
 unsigned kept_count() { return lab_current()->kept_n[class_of(kSize)]; }
 
-// Blocks of n spans of kSize, allocated in order by the calling thread; the
-// spans in the order they were filled.
-std::vector<void*> fill_spans(uint32_t n, std::vector<Span*>* spans) {
+// Blocks of n spans of `size` (kSize unless given), allocated in order by the
+// calling thread; the spans in the order they were filled.
+std::vector<void*> fill_spans(uint32_t n, std::vector<Span*>* spans, size_t size = kSize) {
   std::vector<void*> v;
-  for (uint32_t i = 0; i < n * per_span(); i++) {
-    void* p = fw_malloc(kSize);
+  for (uint32_t i = 0; i < n * class_info(class_of(size)).capacity; i++) {
+    void* p = fw_malloc(size);
     REQUIRE(p != nullptr);
     v.push_back(p);
     if (spans->empty() || spans->back() != span_of(p)) spans->push_back(span_of(p));
@@ -197,12 +196,7 @@ TEST_CASE("emptied kept spans of several classes go back one class per span take
     Span* in_use[3];
     for (int k = 0; k < 3; k++) {
       std::vector<Span*> spans;
-      for (uint32_t i = 0; i < 3 * class_info(class_of(sizes[k])).capacity; i++) {
-        void* p = fw_malloc(sizes[k]);
-        REQUIRE(p != nullptr);
-        blocks[k].push_back(p);
-        if (spans.empty() || spans.back() != span_of(p)) spans.push_back(span_of(p));
-      }
+      blocks[k] = fill_spans(3, &spans, sizes[k]);
       REQUIRE(spans.size() >= 3);
       emptied[k] = spans[0];
       in_use[k] = spans[1];
