@@ -9,21 +9,19 @@ namespace fw {
 std::atomic<uint64_t> g_canary_key{0};
 std::atomic<uint64_t> g_list_key{0};
 
-namespace {
 std::atomic<int> g_secure{-1};
 
+namespace {
 uint64_t fresh_key() {
   uint64_t k = os::random_u64();
   return k == 0 ? 0x9e3779b97f4a7c15ull : k;
 }
 }  // namespace
 
-bool secure_mode() {
-  int s = g_secure.load(std::memory_order_relaxed);
-  if (s < 0) {
-    s = option(Option::secure) > 0 ? 1 : 0;
-    g_secure.store(s, std::memory_order_relaxed);
-  }
+bool secure_mode_read() {
+  // Racing first callers read the same option and store the same value.
+  const int s = option(Option::secure) > 0 ? 1 : 0;
+  g_secure.store(s, std::memory_order_relaxed);
   return s == 1;
 }
 

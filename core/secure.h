@@ -39,7 +39,15 @@ extern FW_HIDDEN std::atomic<uint64_t> g_list_key;    // 0 unless FREEWAY_SECURE
 // Draws the keys (once; racing callers agree through CAS). Must run before any
 // block is carved: arena_init calls it.
 void secure_init();
-bool secure_mode();
+// FREEWAY_SECURE, -1 until read (secure_mode_read), then 0 or 1 for good.
+extern FW_HIDDEN std::atomic<int> g_secure;
+bool secure_mode_read();
+// Whether the process runs in secure mode. Asked on every slow path, often more
+// than once, so inline: a load and a compare once the option has been read.
+FW_INLINE bool secure_mode() {
+  const int s = g_secure.load(std::memory_order_relaxed);
+  return FW_LIKELY(s >= 0) ? s == 1 : secure_mode_read();
+}
 
 // --- block check ---
 struct ClassDiv {
