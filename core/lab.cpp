@@ -460,6 +460,8 @@ void lab_defer_free(Lab* lab, Span* s, void* p) {
   unsigned i = pending_slot_in(lab, s);
   PendingChain* ch = &lab->pending[i];
   if (ch->span != s || ch->room <= ch->spare) {
+    // The blocks s's chain took, if it filled here rather than losing its slot.
+    const uint32_t filled = ch->span == s ? uint32_t(ch->limit) - ch->spare : 0;
     if (ch->span != nullptr && ch->span != s && ch->room > ch->spare) lab->pending_conflicts++;
     if (lab->pending_mask >= kPendingChains) {
       const PendingChain& partner = lab->pending[i ^ ((lab->pending_mask + 1) / 2)];
@@ -473,6 +475,10 @@ void lab_defer_free(Lab* lab, Span* s, void* p) {
     }
     const uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
     uint32_t limit = pending_limit(bsize, lab->pending_mask + 1, lab->pending_budget);
+    if (filled != 0) {
+      const uint32_t grown = pending_grown(filled, bsize, lab->pending_budget, lab->pending_bytes);
+      if (grown > limit) limit = grown;
+    }
     // No more than the blocks s has in use (p among them): the chain that
     // takes a span's last blocks then fills, and goes to the span at once
     // (below), which returns the span to the pool; a chain still waiting for

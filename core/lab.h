@@ -148,6 +148,13 @@ FW_INLINE unsigned kept_limit(unsigned c) {
 // full and gives both). Each span descriptor has one slot (pending_slot_in: consecutive
 // descriptors get consecutive slots), so a thread freeing its older blocks of
 // many spans in random order (Larson's server, shbench) still batches its frees.
+// A chain that fills before another span wants its slot is followed by a
+// longer one: the next chain for that span takes twice as many blocks, as far
+// as the budget has room left (pending_grown). So the frees a span keeps
+// getting share a CAS among more of them (blocks bigger than a slot's share
+// went one per chain, a chain start and a CAS each), while a chain that loses
+// its slot is followed by one of the share; once grown chains hold the whole
+// budget, a new chain that finds no room gives them all first, as any does.
 //
 // The slots grow with the spans the thread frees into. A LAB starts with
 // kPendingChains of them; a thread that frees in random order into more
@@ -218,6 +225,14 @@ static_assert((kPendingMax & (kPendingMax - 1)) == 0 && kPendingMax % kPendingCh
 FW_INLINE uint32_t pending_limit(uint32_t bsize, uint32_t slots, uint32_t budget) {
   uint32_t bytes = budget / slots;
   return bsize >= bytes ? 1 : bytes / bsize;
+}
+// Blocks (of bsize bytes) a chain takes when the chain before it in its slot,
+// for the same span, filled with `filled` blocks: twice as many, but no more
+// than the budget has left once `bytes` are held, so that the LAB's chains stay
+// within it. (The caller takes the share above when that is more.)
+FW_INLINE uint32_t pending_grown(uint32_t filled, uint32_t bsize, uint32_t budget, uint32_t bytes) {
+  const uint32_t left = budget > bytes ? (budget - bytes) / bsize : 0;
+  return 2 * filled < left ? 2 * filled : left;
 }
 // The budget of a LAB whose chains grow, for a heap of `committed` bytes
 // shared by `threads` threads bound to LABs, or by as many CPU LABs (above).

@@ -217,6 +217,63 @@ TEST_CASE("frees into spans the thread let float wait in pending chains, one per
   CHECK(fw_check_heap() == 0);
 }
 
+TEST_CASE("a chain that fills before its slot is wanted is followed by one for the same span twice as long, within "
+          "the blocks the span has in use and the budget left") {
+  // Twice the filled chain, no more than the budget has room for (a lowered
+  // budget, below what the chains hold, leaves none).
+  CHECK(pending_grown(10, 64, 1u << 20, 0) == 20);
+  CHECK(pending_grown(10, 64, 1000, 0) == 15);
+  CHECK(pending_grown(10, 64, 1000, 640) == 5);
+  CHECK(pending_grown(10, 64, 1000, 1000) == 0);
+  CHECK(pending_grown(10, 64, 1000, 2000) == 0);
+  std::thread([&] {
+    // As above: more 64-byte blocks than the LAB keeps spans for, so some spans float.
+    std::vector<void*> v;
+    const uint32_t per_span = class_info(class_of(64)).capacity;
+    for (uint32_t i = 0; i < (kKeptSpans + 4) * per_span + 10; i++) v.push_back(fw_malloc(64));
+    Span* first = nullptr;
+    for (void* p : v)
+      if (Anchor::unpack(span_of(p)->anchor.load()).state == kFull) {
+        first = span_of(p);
+        break;
+      }
+    REQUIRE(first != nullptr);
+    std::vector<void*> mine, others;
+    for (void* p : v) (span_of(p) == first ? mine : others).push_back(p);
+    Lab* lab = lab_current();
+    const uint32_t share = pending_limit(64, lab->pending_mask + 1, lab->pending_budget);
+    REQUIRE(share * 4 <= mine.size());  // room for a chain of the share and one of twice it
+    const PendingChain& ch = lab->pending[pending_slot_in(lab, first)];
+    size_t next = 0;
+    uint32_t want = share;
+    int chains = 0;
+    // Each chain fills; the free after it starts the next. The last takes the
+    // span's last blocks (no more than it has in use), has no spare room, and
+    // goes to the span as it fills, which sends the span to the pool.
+    while (next < mine.size()) {
+      fw_free(mine[next++]);
+      chains++;
+      const uint32_t in_use = first->carved.load() - Anchor::unpack(first->anchor.load()).count;
+      const uint32_t takes = std::min(want, in_use);
+      CHECK(ch.span == first);
+      CHECK(uint32_t(ch.limit) - ch.spare == takes);
+      CHECK(lab->pending_bytes <= lab->pending_budget);
+      for (uint32_t k = 1; k < takes; k++) fw_free(mine[next++]);
+      if (takes == in_use) break;
+      CHECK(pending_count(ch) == takes);
+      CHECK(Anchor::unpack(first->anchor.load()).count == next - takes);
+      want = 2 * takes;
+    }
+    CHECK(next == mine.size());
+    CHECK(chains >= 2);
+    CHECK(ch.span == nullptr);
+    CHECK(Anchor::unpack(first->anchor.load()).state == kFree);
+    CHECK(fw_check_heap() == 0);
+    for (void* p : others) fw_free(p);
+  }).join();
+  CHECK(fw_check_heap() == 0);
+}
+
 TEST_CASE("a thread freeing in random order into many more floated spans than it has chain slots grows its slots: "
           "the frees are batched, the chains never hold more than the byte budget, every span goes back as its last "
           "block is freed, and the slots shrink back") {
