@@ -42,6 +42,28 @@ std::vector<Span*> spans_of(const std::vector<void*>& v) {
   return spans;
 }
 
+// The calling thread's blocks after it mallocs more 64-byte blocks than its
+// LAB keeps spans for (lab.h), so that the spans filled after the kept ones
+// float (FULL): those of the first floated span, and all the others.
+struct FloatedBlocks {
+  Span* first = nullptr;
+  std::vector<void*> mine, others;
+};
+FloatedBlocks malloc_past_kept() {
+  std::vector<void*> v;
+  const uint32_t per_span = class_info(class_of(64)).capacity;
+  for (uint32_t i = 0; i < (kKeptSpans + 4) * per_span + 10; i++) v.push_back(fw_malloc(64));
+  FloatedBlocks f;
+  for (void* p : v)
+    if (Anchor::unpack(span_of(p)->anchor.load()).state == kFull) {
+      f.first = span_of(p);
+      break;
+    }
+  REQUIRE(f.first != nullptr);
+  for (void* p : v) (span_of(p) == f.first ? f.mine : f.others).push_back(p);
+  return f;
+}
+
 }  // namespace
 
 TEST_CASE("a thread's first call binds a LAB through the EMPTY placeholder") {
@@ -154,19 +176,10 @@ TEST_CASE("a thread's LAB goes back to the idle stack at exit and is reused by t
 TEST_CASE("frees into spans the thread let float wait in pending chains, one per span, and reach each span in one step") {
   Span* first = nullptr;
   std::thread([&] {
-    // Enough 64-byte blocks to fill more spans than the LAB keeps (lab.h): the
-    // spans filled after the kept ones are floated (FULL).
-    std::vector<void*> v;
-    const uint32_t per_span = class_info(class_of(64)).capacity;
-    for (uint32_t i = 0; i < (kKeptSpans + 4) * per_span + 10; i++) v.push_back(fw_malloc(64));
-    for (void* p : v)
-      if (Anchor::unpack(span_of(p)->anchor.load()).state == kFull) {
-        first = span_of(p);
-        break;
-      }
-    REQUIRE(first != nullptr);
-    std::vector<void*> mine, others;
-    for (void* p : v) (span_of(p) == first ? mine : others).push_back(p);
+    FloatedBlocks f = malloc_past_kept();
+    first = f.first;
+    std::vector<void*>& mine = f.mine;
+    std::vector<void*>& others = f.others;
     // 16 KiB of 64-byte blocks with the least budget (a bigger heap may have given a bigger one)
     const uint32_t limit = pending_limit(64, kPendingChains, lab_current()->pending_budget);
     REQUIRE(mine.size() > limit + 1);
@@ -227,19 +240,9 @@ TEST_CASE("a chain that fills before its slot is wanted is followed by one for t
   CHECK(pending_grown(10, 64, 1000, 1000) == 0);
   CHECK(pending_grown(10, 64, 1000, 2000) == 0);
   std::thread([&] {
-    // As above: more 64-byte blocks than the LAB keeps spans for, so some spans float.
-    std::vector<void*> v;
-    const uint32_t per_span = class_info(class_of(64)).capacity;
-    for (uint32_t i = 0; i < (kKeptSpans + 4) * per_span + 10; i++) v.push_back(fw_malloc(64));
-    Span* first = nullptr;
-    for (void* p : v)
-      if (Anchor::unpack(span_of(p)->anchor.load()).state == kFull) {
-        first = span_of(p);
-        break;
-      }
-    REQUIRE(first != nullptr);
-    std::vector<void*> mine, others;
-    for (void* p : v) (span_of(p) == first ? mine : others).push_back(p);
+    FloatedBlocks f = malloc_past_kept();
+    Span* const first = f.first;
+    const std::vector<void*>& mine = f.mine;
     Lab* lab = lab_current();
     const uint32_t share = pending_limit(64, lab->pending_mask + 1, lab->pending_budget);
     REQUIRE(share * 4 <= mine.size());  // room for a chain of the share and one of twice it
@@ -269,7 +272,7 @@ TEST_CASE("a chain that fills before its slot is wanted is followed by one for t
     CHECK(ch.span == nullptr);
     CHECK(Anchor::unpack(first->anchor.load()).state == kFree);
     CHECK(fw_check_heap() == 0);
-    for (void* p : others) fw_free(p);
+    for (void* p : f.others) fw_free(p);
   }).join();
   CHECK(fw_check_heap() == 0);
 }
