@@ -4,8 +4,9 @@
 // LAB owns, its hot span of the class or one it keeps (lab.h: its older
 // blocks), in one path with no search, and a block of a span that already has
 // a pending chain in the LAB with room for more than that block (lab.h), so
-// frees into spans the thread let float cost one CAS per chain (up to the
-// LAB's pending_budget / slots bytes of blocks), not one each. For an owned span:
+// frees into spans the thread let float cost one CAS per chain (the LAB's
+// pending_budget / slots bytes of blocks, more for a span whose chains fill:
+// lab.h), not one each. For an owned span:
 //   load the thread slot; store BUSY; region map load;
 //   descriptor load; compare its owner with the LAB; block check (subtract the
 //   low bits of block 0's address, multiply, rotate, compare with carved); canary check and

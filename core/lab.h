@@ -170,15 +170,16 @@ FW_INLINE unsigned kept_limit(unsigned c) {
 // kPendingMax, where they stay); otherwise partners in fewer than 1/32 halve
 // them (down to kPendingChains): with half the slots, fewer than 1/32 of the
 // starts would have conflicted, well below the quarter that doubles them
-// again. Either way every chain goes to its span first. A chain holds at most pending_budget /
-// slots bytes of blocks (at least one block), and all of a LAB's chains at
-// most pending_budget. Per-CPU mode's fast path (rseq_push_counted) reads the
+// again. Either way every chain goes to its span first. A chain holds
+// pending_budget / slots bytes of blocks (at least one block; more after a
+// chain for its span filled, above), and all of a LAB's chains at most
+// pending_budget. Per-CPU mode's fast path (rseq_push_counted) reads the
 // slot count inside its section: a CPU LAB's slots change only while a slow
 // path holds it out of its slot.
 //
 // The budget grows with the heap. Each chain costs its thread one slow path
 // and one CAS, so a thread that drops a heap of N bytes in random order pays
-// about N / (budget / slots) of them, and with a fixed budget the cost per
+// up to N / (budget / slots) of them, and with a fixed budget the cost per
 // free grows with the heap (bench/teardown: 4 million blocks in about 4,000
 // spans leave 256 bytes per chain, 5 to 16 blocks). So at the end of each
 // window a per-thread LAB sets its budget to its share of the heap:
