@@ -42,6 +42,27 @@ std::vector<void*> blocks_of(const std::vector<void*>& v, const Span* s) {
   return out;
 }
 
+// Whether s is among the calling thread's kept spans of class c.
+bool is_kept(const Span* s, unsigned c) {
+  const Lab* lab = lab_current();
+  return std::count(lab->kept[c], lab->kept[c] + lab->kept_n[c], s) != 0;
+}
+
+// Mallocs one block of `size` into *out; true if that made the thread take a
+// span from the shared stacks: its hot span of the class (*hot, kept up to
+// date) changed to one that was not among its kept spans.
+bool malloc_took_span(size_t size, std::vector<void*>* out, Span** hot) {
+  const unsigned c = class_of(size);
+  Span* was_kept[kKeptSpans];
+  const unsigned n = lab_current()->kept_n[c];
+  std::copy(lab_current()->kept[c], lab_current()->kept[c] + n, was_kept);
+  out->push_back(fw_malloc(size));
+  Span* now = lab_current()->hot[c];
+  const bool took = now != *hot && std::find(was_kept, was_kept + n, now) == was_kept + n;
+  *hot = now;
+  return took;
+}
+
 // Fills three spans and frees every block of the first, which stays kept:
 // returns it, with the blocks still in use in *v.
 Span* empty_first_of_three(std::vector<void*>* v) {
@@ -161,19 +182,13 @@ TEST_CASE("an emptied kept span goes back to the span-pool when its thread next 
     Span* hot = lab_current()->hot[c2];
     bool took = false;
     while (!took && other.size() < (kKeptSpans + 2) * class_info(c2).capacity) {
-      Span* was_kept[kKeptSpans];
-      const unsigned n = lab_current()->kept_n[c2];
-      std::copy(lab_current()->kept[c2], lab_current()->kept[c2] + n, was_kept);
-      other.push_back(fw_malloc(4 * kSize));
-      Span* now = lab_current()->hot[c2];
-      took = now != hot && std::find(was_kept, was_kept + n, now) == was_kept + n;
-      hot = now;
+      took = malloc_took_span(4 * kSize, &other, &hot);
       if (!took) CHECK(state_of(first) == kHot);
     }
     CHECK(took);
     // Given back: free in the pool, or already the span the thread just took.
     CHECK(kept_count() == kept - 1);
-    CHECK(std::count(lab_current()->kept[class_of(kSize)], lab_current()->kept[class_of(kSize)] + kept_count(), first) == 0);
+    CHECK(!is_kept(first, class_of(kSize)));
     CHECK((state_of(first) == kFree || first->cls.load() == c2));
     CHECK(fw_check_heap() == 0);
     for (void* p : other) fw_free(p);
@@ -209,13 +224,9 @@ TEST_CASE("emptied kept spans of several classes go back one class per span take
       }
       REQUIRE(state_of(emptied[k]) == kHot);
     }
-    auto still_kept = [](const Span* s, unsigned c) {
-      const Lab* lab = lab_current();
-      return std::count(lab->kept[c], lab->kept[c] + lab->kept_n[c], s) != 0;
-    };
     auto released = [&] {
       int n = 0;
-      for (int k = 0; k < 3; k++) n += !still_kept(emptied[k], class_of(sizes[k]));
+      for (int k = 0; k < 3; k++) n += !is_kept(emptied[k], class_of(sizes[k]));
       return n;
     };
     REQUIRE(released() == 0);
@@ -229,23 +240,17 @@ TEST_CASE("emptied kept spans of several classes go back one class per span take
     unsigned taken = 0;
     int before = 0;
     while (released() < 3 && taken < 4 && other.size() < 64 * class_info(c2).capacity) {
-      Span* was_kept[kKeptSpans];
-      const unsigned n = lab_current()->kept_n[c2];
-      std::copy(lab_current()->kept[c2], lab_current()->kept[c2] + n, was_kept);
-      other.push_back(fw_malloc(big));
-      Span* now = lab_current()->hot[c2];
-      if (now != hot && std::find(was_kept, was_kept + n, now) == was_kept + n) {
+      if (malloc_took_span(big, &other, &hot)) {
         taken++;
         CHECK(released() - before <= 1);
         before = released();
       }
-      hot = now;
     }
     CHECK(released() == 3);
     CHECK(taken <= 4);
     for (int k = 0; k < 3; k++) {
       CHECK((state_of(emptied[k]) == kFree || emptied[k]->cls.load() == c2));
-      CHECK(still_kept(in_use[k], class_of(sizes[k])));
+      CHECK(is_kept(in_use[k], class_of(sizes[k])));
       CHECK(state_of(in_use[k]) == kHot);
     }
     CHECK(fw_check_heap() == 0);
