@@ -171,6 +171,23 @@ TEST_CASE("decommitted pages read as zero even when they were locked") {
   os::release(p, n);
 }
 
+// The span pool's clock (decay ages): coarse, but monotonic and in step with
+// the fine clock to within its tick (4 ms at HZ=250; up to 10 ms at HZ=100).
+TEST_CASE("the coarse millisecond clock never goes back and keeps time with now_ns within a tick or two") {
+  uint64_t last = os::now_ms_coarse();
+  const uint64_t t0 = os::now_ns(), m0 = last;
+  while (os::now_ns() - t0 < 30'000'000) {  // 30 ms of reads
+    const uint64_t m = os::now_ms_coarse();
+    REQUIRE(m >= last);
+    last = m;
+  }
+  CHECK(last > m0);  // it moved
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const uint64_t dt = (os::now_ns() - t0) / 1'000'000, dm = os::now_ms_coarse() - m0;
+  CHECK(dm + 20 >= dt);
+  CHECK(dm <= dt + 20);
+}
+
 TEST_CASE("a region id whose table slice another mapping took is retired, and the next ids serve") {
   REQUIRE(arena_init());
   if (!arena_zoned()) {

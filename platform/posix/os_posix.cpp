@@ -331,6 +331,16 @@ uint64_t now_ns() {
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
 
+uint64_t now_ms_coarse() {
+  timespec ts;
+#ifdef CLOCK_MONOTONIC_COARSE
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);  // Linux: the last tick's time, no clock source read
+#else
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+#endif
+  return uint64_t(ts.tv_sec) * 1000ull + uint64_t(ts.tv_nsec) / 1000000ull;
+}
+
 bool thread_exit_init(void (*fn)(void*)) {
   if (g_exit_key.load(std::memory_order_acquire) != 0) return true;
   g_exit_fn.store(fn, std::memory_order_release);

@@ -186,6 +186,10 @@ uint64_t now_ns() {
   return c / uf * 1000000000ull + c % uf * 1000000000ull / uf;  // no overflow for centuries
 }
 
+// Milliseconds since boot, in steps of the system tick (10-16 ms); one read of
+// a shared page, no QueryPerformanceCounter.
+uint64_t now_ms_coarse() { return GetTickCount64(); }
+
 // FLS callbacks run when a thread exits (and when the index is freed), with
 // the thread's value, before its TLS goes away: the core releases the LAB.
 bool thread_exit_init(void (*fn)(void*)) {

@@ -221,11 +221,14 @@ TEST_CASE("platform: aligned reservations, commit, decommit reads zero, guard pa
 TEST_CASE("platform: randomness, time, environment, names; GetLastError is kept") {
   using namespace fw::os;
   CHECK(random_u64() != random_u64());
-  uint64_t t0 = now_ns();
-  Sleep(20);
-  uint64_t dt = now_ns() - t0;
-  CHECK(dt >= 15'000'000);
+  uint64_t t0 = now_ns(), m0 = now_ms_coarse();
+  Sleep(100);
+  uint64_t dt = now_ns() - t0, dm = now_ms_coarse() - m0;
+  CHECK(dt >= 95'000'000);
   CHECK(dt < 5'000'000'000ull);
+  // The coarse clock moves by ticks of up to 16 ms: within two of the fine one.
+  CHECK(dm + 32 >= dt / 1'000'000);
+  CHECK(dm <= dt / 1'000'000 + 32);
   SetEnvironmentVariableW(L"FREEWAY_TEST_VALUE", L"12345");
   REQUIRE(fw::os::getenv("FREEWAY_TEST_VALUE") != nullptr);
   CHECK(std::strcmp(fw::os::getenv("FREEWAY_TEST_VALUE"), "12345") == 0);
