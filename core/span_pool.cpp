@@ -355,17 +355,21 @@ void purge(uint64_t now, uint64_t delay, uint64_t need) {
 bool claim_purge() { return !g_purging.exchange(true, std::memory_order_acquire); }
 void end_purge() { g_purging.store(false, std::memory_order_release); }
 
-// A purge pass for the decay delay, if none ran in the last quarter of it.
-// `now` is the caller's now_ms() if it has one, else 0 (read here if needed).
-void maybe_purge(uint64_t now = 0) {
-  uint64_t delay = decay_ms();
-  if (delay == 0 || g_retained.load(std::memory_order_relaxed) == 0) return;
-  if (now == 0) now = now_ms();
+// A purge pass for a decay delay of `delay` (not 0) ms at time `now`, if
+// none ran in the last quarter of it.
+void maybe_purge_at(uint64_t now, uint64_t delay) {
   uint64_t at = g_purged_at.load(std::memory_order_relaxed);
   if (now - at < delay / 4 + 1 || !g_purged_at.compare_exchange_strong(at, now, std::memory_order_relaxed)) return;
   if (!claim_purge()) return;
   purge(now, delay, 0);
   end_purge();
+}
+
+// The same, reading the clock only when the pool keeps pages and decay is on.
+void maybe_purge() {
+  uint64_t delay = decay_ms();
+  if (delay == 0 || g_retained.load(std::memory_order_relaxed) == 0) return;
+  maybe_purge_at(now_ms(), delay);
 }
 
 Span* fresh(uint32_t n) {
@@ -534,7 +538,7 @@ void pool_give(Span* head, uint32_t len) {
     end_purge();
     return;
   }
-  maybe_purge(now);
+  maybe_purge_at(now, delay);  // the pool keeps pages now (head's), and delay > 0
 }
 
 void span_trim(Span* s, uint64_t bytes) {
