@@ -232,3 +232,93 @@ TEST_CASE("a large free is not taken for a double free when a reusable stack's p
   CHECK(pool_is_valid());
   CHECK(fw_check_heap() == 0);
 }
+
+TEST_CASE("a large run's vspans keep a reusable stack's `linked` bit until its popper clears it, on malloc and on free") {
+  // A vspan of a run may still be linked in a reusable stack from an earlier
+  // life as a small span when a large block takes it, and when the block is
+  // freed. large_alloc and large_free set such a descriptor's state with a
+  // CAS, which keeps the bit and lets the popper's CAS clear it; an unlinked
+  // one they set with a store (no other thread writes its anchor). Here the
+  // main thread marks every vspan of a 4-vspan run linked before each free
+  // and, once the run is back in the pool, before the next malloc takes it
+  // again; another thread plays the popper, clearing the bit with a CAS as
+  // soon as it sees it. Every bit set must be cleared by the popper: a state
+  // change that dropped the bit would make its CAS fail (cleared short), and
+  // one that wrote back a bit the popper had cleared would leave it set.
+  constexpr int kRun = 4;
+  std::atomic<Span*> target{nullptr};  // the run's head; its kRun - 1 tails follow it
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> cleared{0};
+  std::thread popper([&] {
+    while (!stop.load(std::memory_order_acquire)) {
+      Span* head = target.load(std::memory_order_acquire);
+      if (head == nullptr) continue;
+      for (int i = 0; i < kRun; i++) {
+        Span* s = head + i;
+        uint64_t w = s->anchor.load(std::memory_order_acquire);
+        Anchor a = Anchor::unpack(w);
+        if (!a.linked) continue;
+        Anchor b = a;
+        b.linked = false;
+        b.tag = a.tag + 1;
+        if (s->anchor.compare_exchange_strong(w, b.pack(), std::memory_order_acq_rel, std::memory_order_acquire))
+          cleared.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+  });
+  auto mark_linked = [](Span* head) {
+    for (int i = 0; i < kRun; i++) {
+      uint64_t w = head[i].anchor.load(std::memory_order_acquire);
+      for (;;) {
+        Anchor a = Anchor::unpack(w);
+        a.linked = true;
+        a.tag++;
+        if (head[i].anchor.compare_exchange_weak(w, a.pack(), std::memory_order_acq_rel, std::memory_order_acquire))
+          break;
+      }
+    }
+  };
+  // Waits (up to 10 s) for the popper to clear every bit of the run.
+  auto all_cleared = [](Span* head) {
+    for (int spins = 0; spins < 10000000; spins++) {
+      bool any = false;
+      for (int i = 0; i < kRun; i++) any |= Anchor::unpack(head[i].anchor.load(std::memory_order_acquire)).linked;
+      if (!any) return true;
+      std::this_thread::yield();
+    }
+    return false;
+  };
+  const size_t size = (kRun - 1) * kVspanSize + 4096;  // a run of exactly kRun vspans
+  const int rounds = 20000;
+  void* p = fw_malloc(size);
+  REQUIRE(p != nullptr);
+  Span* head = span_of(p);
+  REQUIRE(head->run_len.load() == uint32_t(kRun));
+  int reused = 0;
+  for (int i = 0; i < rounds; i++) {
+    mark_linked(head);
+    target.store(head, std::memory_order_release);
+    fw_free(p);
+    REQUIRE(all_cleared(head));
+    for (int k = 0; k < kRun; k++) REQUIRE(Anchor::unpack(head[k].anchor.load()).state == kFree);
+    mark_linked(head);  // in the pool, still linked: the next malloc takes the run so
+    p = fw_malloc(size);
+    REQUIRE(p != nullptr);
+    REQUIRE(all_cleared(head));
+    target.store(nullptr, std::memory_order_release);
+    if (span_of(p) != head) {  // another run this time: its bits were never set
+      head = span_of(p);
+      continue;
+    }
+    reused++;
+    CHECK(Anchor::unpack(head->anchor.load()).state == kLarge);
+    for (int k = 1; k < kRun; k++) REQUIRE(Anchor::unpack(head[k].anchor.load()).state == kLargeTail);
+  }
+  fw_free(p);
+  stop.store(true, std::memory_order_release);
+  popper.join();
+  CHECK(reused > rounds / 2);
+  CHECK(cleared.load() == uint64_t(2 * kRun) * uint64_t(rounds));
+  CHECK(pool_is_valid());
+  CHECK(fw_check_heap() == 0);
+}
