@@ -608,7 +608,7 @@ Lab* lab_own(Lab* slot) {
   return slot;
 }
 
-Lab* lab_slot_after(Lab* mine) { return secure_mode() && !is_placeholder(mine) ? &g_lab_secure : mine; }
+Lab* lab_slot_after_secure(Lab* mine) { return is_placeholder(mine) ? mine : &g_lab_secure; }
 
 Span* quarantined_span(const void* p) {
   Span* d = span_of(p);
