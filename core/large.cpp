@@ -33,9 +33,9 @@ uint32_t change_state(Span* s, uint32_t state, uint32_t from) {
 // Sets the state of a descriptor the caller holds exclusively (a run it took
 // from the pool, or one whose head's free it won). Linked in no reusable stack,
 // no other thread writes its anchor: a stack's popper writes only anchors
-// that are linked (to clear the bit), and only a FULL small span becomes
-// linked (span.cpp, settle). So a store does it, not a CAS: a 1 MiB block's
-// malloc and free set four of them, out of the ~22 atomic read-modify-writes
+// that are linked (to clear the bit), and only a small span that goes PARTIAL
+// becomes linked (span.cpp, settle). So a store does it, not a CAS: a 1 MiB
+// block's malloc sets four and its free three, of the 22 locked instructions
 // such a pair made (~3 ns each here). Still linked from an earlier life as a
 // small span: the CAS loop, which keeps what the popper writes.
 void set_state(Span* s, uint32_t state) {

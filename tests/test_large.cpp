@@ -179,6 +179,30 @@ TEST_CASE("a block of more than 4 vspans takes a run of its class (2^k or 1.5 * 
   CHECK(WEXITSTATUS(status) == 0);
 }
 
+// Sets `linked` on s, as if s were still in a reusable stack from an earlier
+// life (lazy removal, core/reusable.h).
+static void mark_linked(Span* s) {
+  uint64_t w = s->anchor.load(std::memory_order_acquire);
+  for (;;) {
+    Anchor a = Anchor::unpack(w);
+    a.linked = true;
+    a.tag++;
+    if (s->anchor.compare_exchange_weak(w, a.pack(), std::memory_order_acq_rel, std::memory_order_acquire)) return;
+  }
+}
+
+// What a reusable stack's popper does to a span it finds in another state
+// (span_claim_reusable): clears `linked` with a CAS. True if this call did.
+static bool popper_clears_linked(Span* s) {
+  uint64_t w = s->anchor.load(std::memory_order_acquire);
+  Anchor a = Anchor::unpack(w);
+  if (!a.linked) return false;
+  Anchor b = a;
+  b.linked = false;
+  b.tag = a.tag + 1;
+  return s->anchor.compare_exchange_strong(w, b.pack(), std::memory_order_acq_rel, std::memory_order_acquire);
+}
+
 TEST_CASE("a large free is not taken for a double free when a reusable stack's popper clears `linked` on its head "
           "at the same moment") {
   // A span that went back to the pool while still linked in a reusable stack
@@ -196,15 +220,7 @@ TEST_CASE("a large free is not taken for a double free when a reusable stack's p
   std::thread popper([&] {
     while (!stop.load(std::memory_order_acquire)) {
       Span* s = target.load(std::memory_order_acquire);
-      if (s == nullptr) continue;
-      uint64_t w = s->anchor.load(std::memory_order_acquire);
-      Anchor a = Anchor::unpack(w);
-      if (!a.linked) continue;
-      Anchor b = a;
-      b.linked = false;
-      b.tag = a.tag + 1;
-      if (s->anchor.compare_exchange_strong(w, b.pack(), std::memory_order_acq_rel, std::memory_order_acquire))
-        cleared.fetch_add(1, std::memory_order_relaxed);
+      if (s != nullptr && popper_clears_linked(s)) cleared.fetch_add(1, std::memory_order_relaxed);
     }
   });
   const int rounds = 200000;
@@ -212,14 +228,8 @@ TEST_CASE("a large free is not taken for a double free when a reusable stack's p
     void* p = fw_malloc(kSmallMax + 1 + size_t(i % 7) * 4096);
     REQUIRE(p != nullptr);
     Span* head = span_of(p);
-    uint64_t w = head->anchor.load(std::memory_order_acquire);
-    for (;;) {  // linked, as if in a stack from an earlier life
-      Anchor a = Anchor::unpack(w);
-      REQUIRE(a.state == kLarge);
-      a.linked = true;
-      a.tag++;
-      if (head->anchor.compare_exchange_weak(w, a.pack(), std::memory_order_acq_rel, std::memory_order_acquire)) break;
-    }
+    REQUIRE(Anchor::unpack(head->anchor.load(std::memory_order_acquire)).state == kLarge);
+    mark_linked(head);
     target.store(head, std::memory_order_release);
     fw_free(p);
     // The popper clears it, in whatever state: as the real one would, before the span's next life.
@@ -242,9 +252,10 @@ TEST_CASE("a large run's vspans keep a reusable stack's `linked` bit until its p
   // main thread marks every vspan of a 4-vspan run linked before each free
   // and, once the run is back in the pool, before the next malloc takes it
   // again; another thread plays the popper, clearing the bit with a CAS as
-  // soon as it sees it. Every bit set must be cleared by the popper: a state
-  // change that dropped the bit would make its CAS fail (cleared short), and
-  // one that wrote back a bit the popper had cleared would leave it set.
+  // soon as it sees it, and counts the bits it cleared, which must be the bits
+  // set: a state change that dropped the bit would make the popper's CAS fail
+  // (fewer cleared), and one that wrote back a bit the popper had just cleared
+  // would have it cleared twice (more).
   constexpr int kRun = 4;
   std::atomic<Span*> target{nullptr};  // the run's head; its kRun - 1 tails follow it
   std::atomic<bool> stop{false};
@@ -253,30 +264,12 @@ TEST_CASE("a large run's vspans keep a reusable stack's `linked` bit until its p
     while (!stop.load(std::memory_order_acquire)) {
       Span* head = target.load(std::memory_order_acquire);
       if (head == nullptr) continue;
-      for (int i = 0; i < kRun; i++) {
-        Span* s = head + i;
-        uint64_t w = s->anchor.load(std::memory_order_acquire);
-        Anchor a = Anchor::unpack(w);
-        if (!a.linked) continue;
-        Anchor b = a;
-        b.linked = false;
-        b.tag = a.tag + 1;
-        if (s->anchor.compare_exchange_strong(w, b.pack(), std::memory_order_acq_rel, std::memory_order_acquire))
-          cleared.fetch_add(1, std::memory_order_relaxed);
-      }
+      for (int i = 0; i < kRun; i++)
+        if (popper_clears_linked(head + i)) cleared.fetch_add(1, std::memory_order_relaxed);
     }
   });
-  auto mark_linked = [](Span* head) {
-    for (int i = 0; i < kRun; i++) {
-      uint64_t w = head[i].anchor.load(std::memory_order_acquire);
-      for (;;) {
-        Anchor a = Anchor::unpack(w);
-        a.linked = true;
-        a.tag++;
-        if (head[i].anchor.compare_exchange_weak(w, a.pack(), std::memory_order_acq_rel, std::memory_order_acquire))
-          break;
-      }
-    }
+  auto mark_run_linked = [](Span* head) {
+    for (int i = 0; i < kRun; i++) mark_linked(head + i);
   };
   // Waits (up to 10 s) for the popper to clear every bit of the run.
   auto all_cleared = [](Span* head) {
@@ -296,12 +289,12 @@ TEST_CASE("a large run's vspans keep a reusable stack's `linked` bit until its p
   REQUIRE(head->run_len.load() == uint32_t(kRun));
   int reused = 0;
   for (int i = 0; i < rounds; i++) {
-    mark_linked(head);
+    mark_run_linked(head);
     target.store(head, std::memory_order_release);
     fw_free(p);
     REQUIRE(all_cleared(head));
     for (int k = 0; k < kRun; k++) REQUIRE(Anchor::unpack(head[k].anchor.load()).state == kFree);
-    mark_linked(head);  // in the pool, still linked: the next malloc takes the run so
+    mark_run_linked(head);  // in the pool, still linked: the next malloc takes the run so
     p = fw_malloc(size);
     REQUIRE(p != nullptr);
     REQUIRE(all_cleared(head));
