@@ -85,8 +85,9 @@ uint64_t now_ns();
 // Monotonic time in milliseconds from the OS's cheap, coarse clock: it moves in
 // steps of its tick (4 ms on Linux at HZ=250, 10-16 ms on Windows) and costs a
 // third of now_ns (10 ns against 30 on the KVM guest of docs/benchmarks.md). For
-// ages counted in hundreds of ms (the pool's decay), read on every large free and
-// take. Not comparable with now_ns.
+// ages counted in hundreds of ms (the pool's decay), read once per span or run
+// given back committed, and on a take while the pool keeps pages. Not comparable
+// with now_ns.
 uint64_t now_ms_coarse();
 
 // Thread exit: fn(arg) runs when a thread that called thread_exit_register exits.
