@@ -251,4 +251,6 @@ LargeStats large_stats() {
                     g_frees.load(std::memory_order_relaxed), g_live_spans.load(std::memory_order_relaxed)};
 }
 
+uint64_t large_live_bytes() { return g_live_bytes.load(std::memory_order_relaxed); }
+
 }  // namespace fw

@@ -38,5 +38,7 @@ struct LargeStats {
   uint64_t live_bytes, allocs, frees, live_spans;
 };
 LargeStats large_stats();
+// large_stats().live_bytes alone: one load.
+uint64_t large_live_bytes();
 
 }  // namespace fw

@@ -17,6 +17,10 @@ namespace {
 
 std::atomic<uint64_t> g_unbound_frees[kClassCount];
 std::atomic<uint64_t> g_peak_live{0};
+// The large live bytes the last sample saw (stats_large_rose), and how many
+// samples sum_labs has made (stats_peak_samples).
+std::atomic<uint64_t> g_large_at_sample{0};
+std::atomic<uint64_t> g_samples{0};
 
 struct ClassTotals {
   uint64_t allocs[kClassCount];
@@ -24,6 +28,7 @@ struct ClassTotals {
 };
 
 void sum_labs(ClassTotals& t) {
+  g_samples.fetch_add(1, std::memory_order_relaxed);
   for (unsigned c = 0; c < kClassCount; c++) {
     t.allocs[c] = 0;
     t.frees[c] = g_unbound_frees[c].load(std::memory_order_relaxed);
@@ -43,7 +48,8 @@ uint64_t live_of(const ClassTotals& t, unsigned c) {
 }
 
 uint64_t live_bytes(const ClassTotals& t) {
-  uint64_t live = large_stats().live_bytes;
+  uint64_t live = large_live_bytes();
+  g_large_at_sample.store(live, std::memory_order_relaxed);
   for (unsigned c = 0; c < kClassCount; c++) live += live_of(t, c) * class_block_size(c);
   return live;
 }
@@ -57,6 +63,12 @@ void note_peak(uint64_t live) {
 }  // namespace
 
 void stats_count_unbound_free(unsigned cls) { g_unbound_frees[cls].fetch_add(1, std::memory_order_relaxed); }
+
+bool stats_large_rose() {
+  return large_live_bytes() > g_large_at_sample.load(std::memory_order_relaxed);
+}
+
+uint64_t stats_peak_samples() { return g_samples.load(std::memory_order_relaxed); }
 
 void stats_sample_peak() {
   ClassTotals t;

@@ -11,8 +11,9 @@
 //   live bytes              sum over classes of (allocs - frees) * block size,
 //                           plus large_live_bytes
 //   peak live bytes         the highest live figure seen by a sample: every
-//                           FREEWAY_PEAK_SAMPLE-th span acquisition, and every
-//                           fw_stats call
+//                           FREEWAY_PEAK_SAMPLE-th span acquisition, every
+//                           64th large block that leaves the large live bytes
+//                           above the last sample's, and every fw_stats call
 //   span counts             a walk of the descriptor table
 //   reserved/committed      counters kept by the arena and the span-pool
 #pragma once
@@ -39,6 +40,11 @@ namespace fw {
 
 void stats_count_unbound_free(unsigned cls);
 void stats_sample_peak();
+// Whether the large live bytes are above what the last sample saw (a sample
+// walks every LAB, so large blocks ask for one only when they rise: alloc.cpp).
+bool stats_large_rose();
+// How many times the LABs have been summed, samples and fw_stats calls (tests).
+uint64_t stats_peak_samples();
 void stats_fill(fw_stats_t* out);
 void stats_print(int fd);
 
