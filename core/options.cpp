@@ -28,11 +28,6 @@ constexpr bool defaults_in_range() {
 }
 static_assert(defaults_in_range(), "every option's default lies in its range");
 
-// Values are written once by whichever thread reads the environment first;
-// racing readers compute the same values, so relaxed order is enough.
-std::atomic<int64_t> g_values[kCount];
-std::atomic<bool> g_loaded{false};
-
 // Parses a decimal integer, with an optional sign; false on anything else.
 bool parse_int(const char* s, int64_t* out) {
   bool neg = false;
@@ -51,7 +46,13 @@ bool parse_int(const char* s, int64_t* out) {
   return true;
 }
 
-void load() {
+}  // namespace
+
+namespace detail {
+std::atomic<int64_t> g_option_values[kCount];
+std::atomic<bool> g_options_loaded{false};
+
+void load_options() {
   for (unsigned i = 0; i < kCount; i++) {
     char env[64] = "FREEWAY_";
     unsigned n = 8;
@@ -76,17 +77,11 @@ void load() {
         v = o.def;
       }
     }
-    g_values[i].store(v, std::memory_order_relaxed);
+    g_option_values[i].store(v, std::memory_order_relaxed);
   }
-  g_loaded.store(true, std::memory_order_release);
+  g_options_loaded.store(true, std::memory_order_release);
 }
-
-}  // namespace
-
-int64_t option(Option o) {
-  if (!g_loaded.load(std::memory_order_acquire)) load();
-  return g_values[unsigned(o)].load(std::memory_order_relaxed);
-}
+}  // namespace detail
 
 void options_print(int fd) {
   option(Option::verbose);
@@ -96,7 +91,7 @@ void options_print(int fd) {
   for (unsigned i = 0; i < kCount; i++) {
     Line l;
     l.str("  ").str(kOptions[i].name).str(" = ");
-    int64_t v = g_values[i].load(std::memory_order_relaxed);
+    int64_t v = detail::g_option_values[i].load(std::memory_order_relaxed);
     if (v < 0) l.str("-").dec(uint64_t(-v));
     else l.dec(uint64_t(v));
     l.str("  (default ").dec(uint64_t(kOptions[i].def)).str(", ").dec(uint64_t(kOptions[i].least)).str(" to ")

@@ -7,7 +7,10 @@
 // stderr, and the default is used. FREEWAY_VERBOSE=1 prints them
 // all at start and a statistics summary at exit. docs/tuning.md explains each.
 #pragma once
+#include <atomic>
 #include <cstdint>
+
+#include "core/config.h"
 
 namespace fw {
 
@@ -30,8 +33,21 @@ enum class Option : unsigned {
   count
 };
 
-// Value of an option (reads the environment on first use).
-int64_t option(Option o);
+namespace detail {
+// Written once by whichever thread reads the environment first (options.cpp);
+// racing readers compute the same values, so relaxed order is enough for them.
+extern FW_HIDDEN std::atomic<int64_t> g_option_values[unsigned(Option::count)];
+extern FW_HIDDEN std::atomic<bool> g_options_loaded;
+FW_NOINLINE void load_options();
+}  // namespace detail
+
+// Value of an option (reads the environment on first use). Inline: the
+// span-pool reads three of them on each large block's malloc and free, where
+// a call cost 10 instructions each.
+FW_INLINE int64_t option(Option o) {
+  if (FW_UNLIKELY(!detail::g_options_loaded.load(std::memory_order_acquire))) detail::load_options();
+  return detail::g_option_values[unsigned(o)].load(std::memory_order_relaxed);
+}
 // Prints every option with its value and meaning to fd.
 void options_print(int fd);
 
