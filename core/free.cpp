@@ -170,7 +170,8 @@ void free_slow_thread(Lab* lab, void* p, Span* d) {
     percpu_join();
     return free_percpu(p, d);
   }
-  Lab* mine = lab_own(lab);
+  // A thread's first call, a free, binds the LAB of p's span if it is parked (lab.h).
+  Lab* mine = lab_own(lab, d->owner.load(std::memory_order_relaxed));
   free_with(mine, p, d, false);
   lab_leave(lab_slot_after(mine));
 }

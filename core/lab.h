@@ -429,8 +429,12 @@ FW_INLINE void own_push_fast(Span* s, void* p) {
   own_prepend(s, p);
 }
 
-// A LAB bound to the calling thread (released at its exit); nullptr if no memory.
-Lab* lab_bind_thread();
+// A LAB bound to the calling thread (released at its exit); nullptr if no
+// memory. handed_from: for a thread whose first call is a free, the owner of
+// the freed block's span (nullptr for none, or for a first malloc). The LAB is
+// handed_from if it is parked; else, for a first free, one from the idle
+// stack; for a first malloc, the LAB parked last.
+Lab* lab_bind_thread(Lab* handed_from = nullptr);
 // A LAB for one operation; give it back with lab_put_transient.
 Lab* lab_take_transient();
 void lab_put_transient(Lab* lab);
@@ -461,8 +465,9 @@ void* lab_refill(Lab* lab, unsigned c);
 
 // For a slow path entered with `slot` in the thread slot: the thread's LAB,
 // bound now if the thread has none yet (EMPTY) or it is kept aside (SECURE),
-// or `slot` itself (a placeholder) if none can be had.
-Lab* lab_own(Lab* slot);
+// or `slot` itself (a placeholder) if none can be had. handed_from: as for
+// lab_bind_thread.
+Lab* lab_own(Lab* slot, Lab* handed_from = nullptr);
 // What the thread slot gets back when a slow path that worked with `mine`
 // leaves: in secure mode SECURE, never the LAB itself. The mode is tested
 // inline, and secure mode's case is a call: as one out-of-line expression,

@@ -477,6 +477,76 @@ TEST_CASE("a thread's LAB is parked at exit with its spans, and the next thread 
   CHECK(fw_check_heap() == 0);
 }
 
+TEST_CASE("a thread whose first call frees a handed block takes the parked LAB of that block's span, not the one parked last") {
+  fw_collect();
+  if (unsigned(os::cpu_count()) < 2) return;  // one parking slot: the second exit releases the first LAB
+  // Two threads bound at once (the second would otherwise take the first's
+  // parked LAB), which exit one after the other: b is parked last.
+  std::vector<void*> from_a, from_b;
+  std::atomic<Lab*> a{nullptr}, b{nullptr};
+  std::atomic<int> go{0};
+  std::thread ta([&] {
+    for (int i = 0; i < 500; i++) from_a.push_back(fw_malloc(64));
+    a = lab_current();
+    while (go.load() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  while (a.load() == nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::thread tb([&] {
+    for (int i = 0; i < 500; i++) from_b.push_back(fw_malloc(64));
+    b = lab_current();
+    while (go.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  while (b.load() == nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  go = 1;
+  ta.join();
+  go = 2;
+  tb.join();
+  REQUIRE(a != b);
+  REQUIRE(a.load()->kind.load() == kLabParked);
+  REQUIRE(b.load()->kind.load() == kLabParked);
+  std::thread([&] {
+    fw_free(from_a[0]);  // the first call
+    CHECK(lab_current() == a.load());
+    CHECK(b.load()->kind.load() == kLabParked);  // left for its own successor
+    for (size_t i = 1; i < from_a.size(); i++) fw_free(from_a[i]);
+    CHECK(lab_pending_count(a.load()) == 0);  // owner frees, none through a chain
+  }).join();
+  std::thread([&] {
+    fw_free(from_b[0]);
+    CHECK(lab_current() == b.load());
+    for (size_t i = 1; i < from_b.size(); i++) fw_free(from_b[i]);
+  }).join();
+  fw_collect();
+  CHECK(lab_parked_count() == 0);
+  CHECK(fw_check_heap() == 0);
+}
+
+TEST_CASE("a thread whose first call frees a block of a live thread's span takes an idle LAB, and the parked one stays parked") {
+  fw_collect();
+  std::atomic<void*> handed{nullptr};
+  std::atomic<bool> done{false};
+  std::thread live([&] {  // allocates a block, hands it on, and stays bound
+    handed = fw_malloc(64);
+    while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  while (handed.load() == nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::vector<void*> parked_blocks;
+  Lab* parked = park_a_lab(&parked_blocks, 100, 64);  // bound after live's: not live's LAB
+  REQUIRE(parked->kind.load() == kLabParked);
+  std::thread([&] {
+    fw_free(handed.load());  // the first call: the owner is bound, not parked
+    CHECK(lab_current() != parked);
+    CHECK(parked->kind.load() == kLabParked);
+    CHECK(lab_parked_count() == 1);
+  }).join();
+  done = true;
+  live.join();
+  for (void* p : parked_blocks) fw_free(p);
+  fw_collect();
+  CHECK(lab_parked_count() == 0);
+  CHECK(fw_check_heap() == 0);
+}
+
 // test_lab runs with FREEWAY_PEAK_SAMPLE=0 (tests/CMakeLists.txt): the check
 // for LABs parked too long must not depend on the peak samples.
 TEST_CASE("a parked LAB not taken within kParkedNs is flushed when the heap grows, even with no peak samples") {
