@@ -158,6 +158,16 @@ void expire_parked(uint64_t before) {
   }
 }
 
+// A thread frees into a span of parked LAB o: the thread that o was parked
+// for is most likely this one, bound to a LAB of its own before o's thread
+// exited (lab_bind_thread), so nobody will take o whole. It is released now,
+// its spans open to every thread, rather than holding them for kParkedNs.
+void release_parked(Lab* o) {
+  if (unpark_this(o) == nullptr) return;  // taken or released meanwhile
+  lab_flush(o);
+  lab_put(o);
+}
+
 void expire_old_parked() {
   uint64_t now = os::now_ns();
   if (now > kParkedNs) expire_parked(now - kParkedNs);
@@ -481,6 +491,8 @@ void lab_defer_free(Lab* lab, Span* s, void* p) {
   unsigned i = pending_slot_in(lab, s);
   PendingChain* ch = &lab->pending[i];
   if (ch->span != s || ch->room <= ch->spare) {
+    if (Lab* o = s->owner.load(std::memory_order_relaxed); o != nullptr && o->kind.load(std::memory_order_relaxed) == kLabParked)
+      release_parked(o);
     // The blocks s's chain took, if it filled here rather than losing its slot.
     const uint32_t filled = ch->span == s ? uint32_t(ch->limit) - ch->spare : 0;
     if (ch->span != nullptr && ch->span != s && ch->room > ch->spare) lab->pending_conflicts++;

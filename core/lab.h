@@ -449,7 +449,9 @@ void lab_flush(Lab* lab);
 // fw_collect for the calling thread's LAB (per-thread mode): releases its
 // kept spans and gives its pending frees to their spans.
 void lab_collect_current();
-// Frees checked block p of span s (not owned by lab) through lab's pending chain for s.
+// Frees checked block p of span s (not owned by lab) through lab's pending
+// chain for s. A chain started for a span of a parked LAB releases that LAB
+// (parked for a successor that bound another: lab_bind_thread).
 void lab_defer_free(Lab* lab, Span* s, void* p);
 // Gives every pending chain of lab to its span.
 void lab_flush_pending(Lab* lab);

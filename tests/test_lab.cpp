@@ -547,6 +547,22 @@ TEST_CASE("a thread whose first call frees a block of a live thread's span takes
   CHECK(fw_check_heap() == 0);
 }
 
+TEST_CASE("a thread that frees into a span of a parked LAB releases that LAB at once: its spans open to every thread") {
+  fw_collect();
+  fw_free(fw_malloc(16));  // this thread's LAB bound before the other thread parks its own
+  std::vector<void*> v;
+  Lab* parked = park_a_lab(&v, 300, 64);
+  REQUIRE(parked->kind.load() == kLabParked);
+  REQUIRE(span_of(v[0])->owner.load() == parked);
+  fw_free(v[0]);  // the successor it was parked for is this thread, bound already
+  CHECK(parked->kind.load() == kLabIdle);
+  CHECK(lab_parked_count() == 0);
+  for (size_t i = 1; i < v.size(); i++) CHECK(span_of(v[i])->owner.load() != parked);
+  for (size_t i = 1; i < v.size(); i++) fw_free(v[i]);
+  fw_collect();
+  CHECK(fw_check_heap() == 0);
+}
+
 // test_lab runs with FREEWAY_PEAK_SAMPLE=0 (tests/CMakeLists.txt): the check
 // for LABs parked too long must not depend on the peak samples.
 TEST_CASE("a parked LAB not taken within kParkedNs is flushed when the heap grows, even with no peak samples") {
