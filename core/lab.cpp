@@ -109,13 +109,21 @@ bool park(Lab* lab) {
   return false;
 }
 
+// Takes l out of slot i (above): true if this call made the caller its holder.
+bool take_parked(unsigned i, Lab* l) {
+  return g_parked[i].compare_exchange_strong(l, nullptr, std::memory_order_acq_rel, std::memory_order_relaxed);
+}
+
+// A parked LAB taken out of its slot, released: its spans to every thread, itself idle.
+void release_taken(Lab* l) {
+  lab_flush(l);
+  lab_put(l);
+}
+
 // Takes `want` if it is parked, or returns nullptr.
 Lab* unpark_this(Lab* want) {
   for (unsigned i = 0, n = parked_slots(); i < n; i++) {
-    Lab* l = want;
-    if (g_parked[i].load(std::memory_order_relaxed) == want &&
-        g_parked[i].compare_exchange_strong(l, nullptr, std::memory_order_acq_rel, std::memory_order_relaxed))
-      return want;
+    if (g_parked[i].load(std::memory_order_relaxed) == want && take_parked(i, want)) return want;
   }
   return nullptr;
 }
@@ -138,9 +146,7 @@ Lab* unpark() {
       }
     }
     if (best_lab == nullptr) return nullptr;
-    if (g_parked[best].compare_exchange_strong(best_lab, nullptr, std::memory_order_acq_rel,
-                                               std::memory_order_relaxed))
-      return best_lab;
+    if (take_parked(best, best_lab)) return best_lab;
   }
   return nullptr;  // the slots kept changing: a LAB from the idle stack will do
 }
@@ -151,10 +157,7 @@ void expire_parked(uint64_t before) {
   for (unsigned i = 0, n = parked_slots(); i < n; i++) {
     Lab* l = g_parked[i].load(std::memory_order_relaxed);
     if (l == nullptr || l->parked_at.load(std::memory_order_relaxed) >= before) continue;
-    if (!g_parked[i].compare_exchange_strong(l, nullptr, std::memory_order_acq_rel, std::memory_order_relaxed))
-      continue;
-    lab_flush(l);
-    lab_put(l);
+    if (take_parked(i, l)) release_taken(l);
   }
 }
 
@@ -163,9 +166,7 @@ void expire_parked(uint64_t before) {
 // exited (lab_bind_thread), so nobody will take o whole. It is released now,
 // its spans open to every thread, rather than holding them for kParkedNs.
 void release_parked(Lab* o) {
-  if (unpark_this(o) == nullptr) return;  // taken or released meanwhile
-  lab_flush(o);
-  lab_put(o);
+  if (unpark_this(o) != nullptr) release_taken(o);  // else taken or released meanwhile
 }
 
 void expire_old_parked() {
