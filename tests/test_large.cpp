@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
 #include <initializer_list>
 #include <thread>
 
@@ -203,6 +204,85 @@ static bool popper_clears_linked(Span* s) {
   return s->anchor.compare_exchange_strong(w, b.pack(), std::memory_order_acq_rel, std::memory_order_acquire);
 }
 
+static bool any_linked(const Span* s, int n) {
+  for (int i = 0; i < n; i++)
+    if (Anchor::unpack(s[i].anchor.load(std::memory_order_acquire)).linked) return true;
+  return false;
+}
+
+// A thread that plays a reusable stack's popper on the spans the main thread
+// marks linked, clearing each bit with a CAS (popper_clears_linked) and
+// counting the bits it cleared. To land its CAS inside the main thread's
+// large_free or large_alloc it must be running while they run, so it spins
+// while work keeps coming; once it has found none for a while (its main
+// thread is off the CPU) it blocks until the main thread hands it more, and
+// the main thread likewise blocks when its wait for the popper is long. Two
+// copies of these tests on 2 cores (ctest -j2 runs the per-thread and per-CPU
+// copies at once) then do not make each round wait for a timeslice, as four
+// spinning threads did.
+class Popper {
+ public:
+  explicit Popper(int n_spans) : n_(n_spans), thread_([this] { run(); }) {}
+  ~Popper() {
+    stop_.store(true, std::memory_order_release);
+    work_.fetch_add(1, std::memory_order_release);
+    work_.notify_one();
+    thread_.join();
+  }
+  // The spans [head, head + n) have had their `linked` bits set: clear them.
+  void hand(Span* head) {
+    target_.store(head, std::memory_order_release);
+    work_.fetch_add(1, std::memory_order_release);
+    work_.notify_one();
+  }
+  // Stops clearing bits: the spans may start another life.
+  void take_back() { target_.store(nullptr, std::memory_order_release); }
+  // Returns once no span of [head, head + n) is linked. A bit still set after
+  // the main thread's call is only ever cleared by the popper, which counts
+  // it, so the wait on that count cannot miss its wake-up.
+  void wait_unlinked(const Span* head) const {
+    for (int spins = 0;; spins++) {
+      uint32_t seen = cleared_.load(std::memory_order_acquire);
+      if (!any_linked(head, n_)) return;
+      if (spins >= kSpins) cleared_.wait(seen, std::memory_order_acquire);
+    }
+  }
+  uint32_t cleared() const { return cleared_.load(std::memory_order_acquire); }
+
+ private:
+  // A few microseconds. With 64 spins the old large_free still failed in each
+  // of 6 runs; with 2^14 two copies on 2 cores took up to 26 s, with 2^8 2 s.
+  static constexpr int kSpins = 1 << 8;
+  void run() {
+    uint32_t seen = work_.load(std::memory_order_acquire);
+    int idle = 0;
+    while (!stop_.load(std::memory_order_acquire)) {
+      bool did = false;
+      if (Span* head = target_.load(std::memory_order_acquire))
+        for (int i = 0; i < n_; i++)
+          if (popper_clears_linked(head + i)) {
+            cleared_.fetch_add(1, std::memory_order_release);
+            cleared_.notify_one();
+            did = true;
+          }
+      uint32_t now = work_.load(std::memory_order_acquire);
+      if (did || now != seen) {
+        seen = now;
+        idle = 0;
+      } else if (++idle >= kSpins) {
+        work_.wait(seen, std::memory_order_acquire);
+        idle = 0;
+      }
+    }
+  }
+  const int n_;
+  std::atomic<Span*> target_{nullptr};
+  std::atomic<uint32_t> work_{0};
+  std::atomic<uint32_t> cleared_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 TEST_CASE("a large free is not taken for a double free when a reusable stack's popper clears `linked` on its head "
           "at the same moment") {
   // A span that went back to the pool while still linked in a reusable stack
@@ -213,32 +293,29 @@ TEST_CASE("a large free is not taken for a double free when a reusable stack's p
   // main thread marks each large head linked just before freeing the block,
   // and the other clears the bit as soon as it sees it. Before large_free
   // retried, this stopped the process with "double free of a large block" in
-  // each of 3 runs.
-  std::atomic<Span*> target{nullptr};
-  std::atomic<bool> stop{false};
-  std::atomic<uint64_t> cleared{0};
-  std::thread popper([&] {
-    while (!stop.load(std::memory_order_acquire)) {
-      Span* s = target.load(std::memory_order_acquire);
-      if (s != nullptr && popper_clears_linked(s)) cleared.fetch_add(1, std::memory_order_relaxed);
+  // each of 3 runs; with this Popper, in each of 10 runs, within 2 to 4,740
+  // rounds alone and 5,669 to 57,923 beside test_kill_tolerance's hundreds of
+  // threads, where 200,000 rounds took 20 s: so 200,000 rounds, or as many as
+  // 10 s allow.
+  const int max_rounds = 200000;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  int rounds = 0;
+  {
+    Popper popper(1);
+    for (int i = 0; i < max_rounds && std::chrono::steady_clock::now() < deadline; i++, rounds++) {
+      void* p = fw_malloc(kSmallMax + 1 + size_t(i % 7) * 4096);
+      REQUIRE(p != nullptr);
+      Span* head = span_of(p);
+      REQUIRE(Anchor::unpack(head->anchor.load(std::memory_order_acquire)).state == kLarge);
+      mark_linked(head);
+      popper.hand(head);
+      fw_free(p);
+      // The popper clears it, in whatever state: as the real one would, before the span's next life.
+      popper.wait_unlinked(head);
+      popper.take_back();
     }
-  });
-  const int rounds = 200000;
-  for (int i = 0; i < rounds; i++) {
-    void* p = fw_malloc(kSmallMax + 1 + size_t(i % 7) * 4096);
-    REQUIRE(p != nullptr);
-    Span* head = span_of(p);
-    REQUIRE(Anchor::unpack(head->anchor.load(std::memory_order_acquire)).state == kLarge);
-    mark_linked(head);
-    target.store(head, std::memory_order_release);
-    fw_free(p);
-    // The popper clears it, in whatever state: as the real one would, before the span's next life.
-    while (Anchor::unpack(head->anchor.load(std::memory_order_acquire)).linked) std::this_thread::yield();
-    target.store(nullptr, std::memory_order_release);
+    CHECK(popper.cleared() == uint32_t(rounds));
   }
-  stop.store(true, std::memory_order_release);
-  popper.join();
-  CHECK(cleared.load() == uint64_t(rounds));
   CHECK(pool_is_valid());
   CHECK(fw_check_heap() == 0);
 }
@@ -257,61 +334,44 @@ TEST_CASE("a large run's vspans keep a reusable stack's `linked` bit until its p
   // (fewer cleared), and one that wrote back a bit the popper had just cleared
   // would have it cleared twice (more).
   constexpr int kRun = 4;
-  std::atomic<Span*> target{nullptr};  // the run's head; its kRun - 1 tails follow it
-  std::atomic<bool> stop{false};
-  std::atomic<uint64_t> cleared{0};
-  std::thread popper([&] {
-    while (!stop.load(std::memory_order_acquire)) {
-      Span* head = target.load(std::memory_order_acquire);
-      if (head == nullptr) continue;
-      for (int i = 0; i < kRun; i++)
-        if (popper_clears_linked(head + i)) cleared.fetch_add(1, std::memory_order_relaxed);
-    }
-  });
   auto mark_run_linked = [](Span* head) {
     for (int i = 0; i < kRun; i++) mark_linked(head + i);
   };
-  // Waits (up to 10 s) for the popper to clear every bit of the run.
-  auto all_cleared = [](Span* head) {
-    for (int spins = 0; spins < 10000000; spins++) {
-      bool any = false;
-      for (int i = 0; i < kRun; i++) any |= Anchor::unpack(head[i].anchor.load(std::memory_order_acquire)).linked;
-      if (!any) return true;
-      std::this_thread::yield();
-    }
-    return false;
-  };
   const size_t size = (kRun - 1) * kVspanSize + 4096;  // a run of exactly kRun vspans
-  const int rounds = 20000;
+  const int max_rounds = 20000;  // or as many as 10 s allow (under load: the first case)
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  int rounds = 0;
   void* p = fw_malloc(size);
   REQUIRE(p != nullptr);
   Span* head = span_of(p);
   REQUIRE(head->run_len.load() == uint32_t(kRun));
   int reused = 0;
-  for (int i = 0; i < rounds; i++) {
-    mark_run_linked(head);
-    target.store(head, std::memory_order_release);
-    fw_free(p);
-    REQUIRE(all_cleared(head));
-    for (int k = 0; k < kRun; k++) REQUIRE(Anchor::unpack(head[k].anchor.load()).state == kFree);
-    mark_run_linked(head);  // in the pool, still linked: the next malloc takes the run so
-    p = fw_malloc(size);
-    REQUIRE(p != nullptr);
-    REQUIRE(all_cleared(head));
-    target.store(nullptr, std::memory_order_release);
-    if (span_of(p) != head) {  // another run this time: its bits were never set
-      head = span_of(p);
-      continue;
+  {
+    Popper popper(kRun);
+    for (int i = 0; i < max_rounds && std::chrono::steady_clock::now() < deadline; i++, rounds++) {
+      mark_run_linked(head);
+      popper.hand(head);
+      fw_free(p);
+      popper.wait_unlinked(head);
+      for (int k = 0; k < kRun; k++) REQUIRE(Anchor::unpack(head[k].anchor.load()).state == kFree);
+      mark_run_linked(head);  // in the pool, still linked: the next malloc takes the run so
+      popper.hand(head);
+      p = fw_malloc(size);
+      REQUIRE(p != nullptr);
+      popper.wait_unlinked(head);
+      popper.take_back();
+      if (span_of(p) != head) {  // another run this time: its bits were never set
+        head = span_of(p);
+        continue;
+      }
+      reused++;
+      CHECK(Anchor::unpack(head->anchor.load()).state == kLarge);
+      for (int k = 1; k < kRun; k++) REQUIRE(Anchor::unpack(head[k].anchor.load()).state == kLargeTail);
     }
-    reused++;
-    CHECK(Anchor::unpack(head->anchor.load()).state == kLarge);
-    for (int k = 1; k < kRun; k++) REQUIRE(Anchor::unpack(head[k].anchor.load()).state == kLargeTail);
+    fw_free(p);
+    CHECK(reused > rounds / 2);
+    CHECK(popper.cleared() == uint32_t(2 * kRun) * uint32_t(rounds));
   }
-  fw_free(p);
-  stop.store(true, std::memory_order_release);
-  popper.join();
-  CHECK(reused > rounds / 2);
-  CHECK(cleared.load() == uint64_t(2 * kRun) * uint64_t(rounds));
   CHECK(pool_is_valid());
   CHECK(fw_check_heap() == 0);
 }
