@@ -223,11 +223,17 @@ static bool any_linked(const Span* s, int n) {
 class Popper {
  public:
   explicit Popper(int n_spans) : n_(n_spans), thread_([this] { run(); }) {}
-  ~Popper() {
-    stop_.store(true, std::memory_order_release);
-    work_.fetch_add(1, std::memory_order_release);
-    work_.notify_one();
-    thread_.join();
+  ~Popper() { finish(); }
+  // Stops the popper thread and returns the bits it cleared, every count in:
+  // the main thread may see a bit clear before the popper has counted it.
+  uint32_t finish() {
+    if (thread_.joinable()) {
+      stop_.store(true, std::memory_order_release);
+      work_.fetch_add(1, std::memory_order_release);
+      work_.notify_one();
+      thread_.join();
+    }
+    return cleared_.load(std::memory_order_acquire);
   }
   // The spans [head, head + n) have had their `linked` bits set: clear them.
   void hand(Span* head) {
@@ -247,7 +253,6 @@ class Popper {
       if (spins >= kSpins) cleared_.wait(seen, std::memory_order_acquire);
     }
   }
-  uint32_t cleared() const { return cleared_.load(std::memory_order_acquire); }
 
  private:
   // A few microseconds. With 64 spins the old large_free still failed in each
@@ -314,7 +319,7 @@ TEST_CASE("a large free is not taken for a double free when a reusable stack's p
       popper.wait_unlinked(head);
       popper.take_back();
     }
-    CHECK(popper.cleared() == uint32_t(rounds));
+    CHECK(popper.finish() == uint32_t(rounds));
   }
   CHECK(pool_is_valid());
   CHECK(fw_check_heap() == 0);
@@ -370,7 +375,7 @@ TEST_CASE("a large run's vspans keep a reusable stack's `linked` bit until its p
     }
     fw_free(p);
     CHECK(reused > rounds / 2);
-    CHECK(popper.cleared() == uint32_t(2 * kRun) * uint32_t(rounds));
+    CHECK(popper.finish() == uint32_t(2 * kRun) * uint32_t(rounds));
   }
   CHECK(pool_is_valid());
   CHECK(fw_check_heap() == 0);
