@@ -41,7 +41,7 @@ int check_heap() {
       in_use[c] -= n;  // owner-side free blocks (wraps back when the spans are added)
       // The own lists of its hot and kept spans.
       if (lab->hot[c] != nullptr) in_use[c] -= own_count(lab->hot[c]);
-      for (unsigned i = 0; i < lab->kept_n[c] && i < kKeptSpans; i++) in_use[c] -= own_count(lab->kept[c][i]);
+      for (unsigned i = 0; i < lab->kept_n[c] && i < kKeptSpans; i++) in_use[c] -= own_count(lab->kept_at(c, i));
     }
   }
   Span* table = g_spans.load(std::memory_order_acquire);

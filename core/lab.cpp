@@ -309,10 +309,11 @@ uint32_t kept_free_count(const Span* k) {
 // Gives kept span i of class c back with its list (it becomes FULL, PARTIAL or
 // FREE by its free count, span_release) and drops it from the array.
 void kept_release(Lab* lab, unsigned c, unsigned i) {
-  Span* k = lab->kept[c][i];
+  Span* k = lab->kept_at(c, i);
   uint32_t n = own_count(k);
   void* list = own_take(lab, k, c);
-  lab->kept[c][i] = lab->kept[c][--lab->kept_n[c]];
+  lab->kept_at(c, i) = lab->kept_at(c, --lab->kept_n[c]);
+  lab->kept_bytes -= class_info(c).span_bytes;
   if (lab->kept_n[c] == 0) lab->kept_classes &= ~(uint64_t(1) << c);
   span_release_counted(k, list, n);
 }
@@ -338,48 +339,67 @@ void release_kept(Lab* lab, unsigned c) {
   while (lab->kept_n[c] > 0) kept_release(lab, c, lab->kept_n[c] - 1u);
 }
 
-// Gives back the kept spans of one class that have no block in use, the
-// classes with kept spans taken in turn (kept_next). A span emptied by its
-// owner stays kept for the thread's next blocks of its class, which then come
-// off its own list with no carving; each time the thread goes to the shared
-// stacks for a span (lab_refill), the empty ones of the next class in turn go
-// where any thread can use them, so those of every class go within as many
-// acquisitions as the LAB has classes with kept spans. (Visiting every class
-// at each acquisition read every kept span's descriptor, up to 16 per class,
-// each time: 9% of the instructions of blocks of 16-64 KiB, whose spans are
-// taken every few blocks.)
+// Gives back kept spans that have no block in use: at most kKeptLook of them
+// are looked at per call, going on where the last call stopped (kept_next,
+// kept_pos), the classes with kept spans in turn. A span emptied by its owner
+// stays kept for the thread's next blocks of its class, which then come off
+// its own list with no carving; each time the thread goes to the shared stacks
+// for a span (lab_refill), the next kept spans in turn are looked at, so every
+// empty one goes where any thread can use them within (kept spans /
+// kKeptLook + classes) acquisitions. (Visiting every class at each
+// acquisition read every kept span's descriptor each time: 9% of the
+// instructions of blocks of 16-64 KiB, whose spans are taken every few
+// blocks.)
 void release_empty_kept(Lab* lab) {
   const uint64_t classes = lab->kept_classes;
   if (classes == 0) return;
-  const uint64_t ahead = classes & (~uint64_t(0) << lab->kept_next);  // kept_next <= kClassCount < 64
-  const unsigned d = unsigned(__builtin_ctzll(ahead != 0 ? ahead : classes));
-  lab->kept_next = d + 1;
-  // Downwards: kept_release moves the last entry, already visited, into i.
-  for (unsigned i = lab->kept_n[d]; i-- > 0;) {
-    Span* k = lab->kept[d][i];
-    if (kept_free_count(k) >= k->carved.load(std::memory_order_relaxed)) kept_release(lab, d, i);
+  unsigned d = lab->kept_next - 1u;  // the class the last call looked at, if it has kept spans left there
+  unsigned i = lab->kept_pos;
+  if (lab->kept_next == 0 || ((classes >> d) & 1) == 0 || i >= lab->kept_n[d]) {
+    const uint64_t ahead = classes & (~uint64_t(0) << lab->kept_next);  // kept_next <= kClassCount < 64
+    d = unsigned(__builtin_ctzll(ahead != 0 ? ahead : classes));
+    i = 0;
   }
+  lab->kept_next = d + 1;
+  // kept_release moves the last entry into i: i is looked at again.
+  for (unsigned looked = 0; looked < kKeptLook && i < lab->kept_n[d]; looked++) {
+    Span* k = lab->kept_at(d, i);
+    if (kept_free_count(k) >= k->carved.load(std::memory_order_relaxed))
+      kept_release(lab, d, i);
+    else
+      i++;
+  }
+  lab->kept_pos = i;
 }
 
-// hot[c] has no block left: makes the kept span with the most free blocks
-// hot[c], keeping the old hot span in its place. False (nothing changed) when
-// no kept span has a free block.
+// hot[c] has no block left: makes a kept span with free blocks hot[c], keeping
+// the old hot span in its place. It reads the kept spans' descriptors from
+// where its last look stopped (kept_look[c]), kKeptLook at a time, and takes
+// the one with the most free blocks among those it read, reading on only while
+// none had a free block: with up to kKeptLook kept spans, the best of all of
+// them; with more, a switch still costs kKeptLook reads, and the spans are
+// looked at in turn, so the ones left longest have gathered the most frees.
+// False (nothing changed) when no kept span has a free block.
 bool kept_switch(Lab* lab, unsigned c) {
-  Span* best = nullptr;
+  const unsigned n = lab->kept_n[c];
+  unsigned i = lab->kept_look[c] < n ? unsigned(lab->kept_look[c]) : 0u;
+  unsigned best = n;
   uint32_t most = 0;
-  for (unsigned i = 0; i < lab->kept_n[c]; i++) {
-    uint32_t n = kept_free_count(lab->kept[c][i]);
-    if (n > most) {
-      most = n;
-      best = lab->kept[c][i];
+  for (unsigned read = 1; read <= n; read++) {
+    const uint32_t f = kept_free_count(lab->kept_at(c, i));
+    if (f > most) {
+      most = f;
+      best = i;
     }
+    i = i + 1 == n ? 0 : i + 1;
+    if (best != n && read % kKeptLook == 0) break;
   }
-  if (best == nullptr) return false;
-  unsigned i = 0;
-  while (lab->kept[c][i] != best) i++;
-  lab->kept[c][i] = lab->hot[c];  // exhausted: free[c] and its own list are empty (lab_refill)
-  lab->hot[c] = best;
-  lab->free[c] = own_take(lab, best, c);  // empty if its free blocks are remote: collected next
+  lab->kept_look[c] = uint16_t(i);
+  if (best == n) return false;
+  Span* s = lab->kept_at(c, best);
+  lab->kept_at(c, best) = lab->hot[c];  // exhausted: free[c] and its own list are empty (lab_refill)
+  lab->hot[c] = s;
+  lab->free[c] = own_take(lab, s, c);  // empty if its free blocks are remote: collected next
   return true;
 }
 
@@ -466,7 +486,7 @@ uint64_t lab_frees_of(const Lab* lab, unsigned c) {
   if (const Span* h = lab->hot[c]) n += own_count(h);
   const unsigned kept = lab->kept_n[c];
   for (unsigned i = 0; i < kept && i < kKeptSpans; i++) {
-    if (const Span* k = lab->kept[c][i]) n += own_count(k);
+    if (const Span* k = lab->kept_at(c, i)) n += own_count(k);
   }
   return n;
 }
@@ -600,8 +620,9 @@ void* lab_refill(Lab* lab, unsigned c) {
       // s has no block left to give.
       if (keeps_spans(lab)) {
         if (kept_switch(lab, c)) continue;
-        if (lab->kept_n[c] < kept_limit(c)) {
-          lab->kept[c][lab->kept_n[c]++] = s;
+        if (kept_has_room(lab, c)) {
+          lab->kept_at(c, lab->kept_n[c]++) = s;
+          lab->kept_bytes += class_info(c).span_bytes;
           lab->kept_classes |= uint64_t(1) << c;
           lab->hot[c] = nullptr;
         }
@@ -753,25 +774,30 @@ bool lab_is_valid(const Lab* lab) {
     if (!own_list_is_valid(s)) ok = false;
   }
   if (lab->kept_next > kClassCount) ok = report_invariant("lab: kept_next past the classes", lab->kept_next);
+  uint64_t kept_bytes = 0;
   for (unsigned c = 0; c < kClassCount; c++) {
     unsigned kept = lab->kept_n[c];
     if ((kept > 0) != (((lab->kept_classes >> c) & 1) != 0))
       ok = report_invariant("lab: kept_classes disagrees with kept_n", c);
-    if (kept > kept_limit(c) || (kept > 0 && !keeps_spans(lab))) {
+    if (lab->kept_look[c] >= kKeptSpans) ok = report_invariant("lab: kept_look past the array", c);
+    if (kept > kKeptSpans || (kept > 0 && !keeps_spans(lab))) {
       ok = report_invariant("lab: kept spans in a LAB that keeps none, or too many", c);
       continue;
     }
+    kept_bytes += uint64_t(kept) * class_info(c).span_bytes;
     for (unsigned i = 0; i < kept; i++) {
-      const Span* s = lab->kept[c][i];
+      const Span* s = lab->kept_at(c, i);
       Anchor a = Anchor::unpack(s->anchor.load(std::memory_order_acquire));
       if (a.state != kHot || s->owner.load(std::memory_order_relaxed) != lab ||
           s->cls.load(std::memory_order_relaxed) != c || s == lab->hot[c])
         ok = report_invariant("lab: kept span not HOT, not ours, of another class, or the hot one", span_index(s));
       for (unsigned j = 0; j < i; j++)
-        if (lab->kept[c][j] == s) ok = report_invariant("lab: span kept twice", span_index(s));
+        if (lab->kept_at(c, j) == s) ok = report_invariant("lab: span kept twice", span_index(s));
       if (!own_list_is_valid(s)) ok = false;
     }
   }
+  if (kept_bytes != lab->kept_bytes || kept_bytes > kKeptBytes)
+    ok = report_invariant("lab: kept_bytes is not its kept spans' bytes, or over kKeptBytes", kept_bytes);
   return ok;
 }
 

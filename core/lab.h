@@ -1,8 +1,8 @@
 // core/lab.h: local allocation buffers (scalloc §3.4): the thread cache.
 //
 // A LAB holds, per size class, one hot span, a list of its blocks to hand out
-// (free[c]), and (per-thread LABs) up to kKeptSpans spans per class it filled
-// before (kept spans, below). Frees of blocks of the spans it owns, hot or
+// (free[c]), and (per-thread LABs) up to kKeptBytes of spans it filled before
+// (kept spans, below). Frees of blocks of the spans it owns, hot or
 // kept, go onto each span's own list in its descriptor (own_head, span.h):
 // one path for both, with no search, as mimalloc's local free lists; a
 // refill moves the hot span's own list to free[c] when free[c] runs dry.
@@ -47,11 +47,12 @@
 //   the LAB's frees of class c are frees[c] plus the own counts of its spans
 //   of class c (lab_frees_of).
 //   cpu_allocs[c], cpu_frees[c] only grow, by atomic adds of any thread.
-//   kept[c][0..kept_n[c]) are distinct HOT spans of class c with owner == this
-//   LAB, none of them hot[c], at most kept_limit(c) of them; only per-thread
-//   LABs outside secure mode keep spans (keeps_spans), every other LAB has
-//   kept_n[c] == 0; bit c of kept_classes is set iff kept_n[c] > 0;
-//   kept_next <= kClassCount.
+//   kept_at(c, 0..kept_n[c]) are distinct HOT spans of class c with owner ==
+//   this LAB, none of them hot[c]; kept_bytes is the sum of their span_bytes
+//   over all classes, at most kKeptBytes; only per-thread LABs outside secure
+//   mode keep spans (keeps_spans), every other LAB has kept_n[c] == 0; bit c
+//   of kept_classes is set iff kept_n[c] > 0; kept_next <= kClassCount;
+//   kept_look[c] < kKeptSpans.
 //   pending_mask + 1 (the chain slots in use) is a power of two from
 //   kPendingChains to kPendingMax, kPendingChains unless the LAB's chains
 //   grow (grows_chains: a per-thread or CPU LAB outside secure mode); 0 in a
@@ -107,31 +108,38 @@ constexpr uint64_t kParkedCheckEvery = 64;          // span-pool acquisitions be
 // Kept spans. When a per-thread LAB's hot span of class c has no block left
 // to give, the LAB does not let it float (HOT -> FULL, after which even its own
 // thread's frees into it are remote, through pending chains and a CAS per
-// chain): it keeps owning it, up to kept_limit(c) spans per class. Its thread
-// then frees blocks of a kept span with plain stores onto the span's own list,
-// as into the hot span, and a later refill makes the kept
-// span with the most free blocks the hot one again. A thread that allocates and
-// frees its own blocks in random order (a server's sessions, Larson) thus keeps
-// all its frees local while its live blocks of a class fit in kKeptSpans + 1
-// spans; past that, the exhausted hot span floats as before. A kept span whose
-// last block in use is freed (by its thread or by others) stays kept, all its
-// blocks on its lists: the thread's next blocks of the class come off them with
-// no carving (threadtest frees every block each round). Kept spans with no
-// block in use go back to the span-pool as the thread takes spans from the
-// shared stacks (lab_refill), those of one class at each, the classes in turn
-// (release_empty_kept), and at its exit or fw_collect. Bound: a LAB keeps at
-// most kKeptSpans spans and kKeptBytes per class besides its hot span, which
-// adds at most kKeptBytes per class to the blowup bound's per-cache term
-// (docs/design.md).
-constexpr unsigned kKeptSpans = 16;
-// And at most kKeptBytes of them per class: 16 spans of 64 KiB (blocks up to
-// 1 KiB), 4 of the 256 KiB spans of bigger blocks. Counted in spans alone, a
-// cache could keep 4 MiB per class of big blocks.
-constexpr uint32_t kKeptBytes = 1024 * 1024;
-FW_INLINE unsigned kept_limit(unsigned c) {
-  uint32_t n = kKeptBytes / class_info(c).span_bytes;
-  return n < kKeptSpans ? n : kKeptSpans;
-}
+// chain): it keeps owning it while its kept spans of all classes together stay
+// within kKeptBytes (kept_has_room). Its thread then frees blocks of a kept
+// span with plain stores onto the span's own list, as into the hot span, and a
+// later refill makes a kept span with free blocks the hot one again
+// (kept_switch). A thread that allocates and frees its own blocks in random
+// order (a server's sessions, Larson) thus keeps all its frees local while its
+// live blocks fit in its hot spans and kKeptBytes; past that, the exhausted hot
+// span floats as before. The budget is the LAB's, not each class's: a thread
+// whose heap lies in a few classes keeps it owned, where 1 MiB per class
+// (until Stop 45) floated most of a 10 MB heap of 8-1000 B blocks
+// (larson-bigheap; docs/benchmarks.md) while allowing 48 MiB over all
+// classes. A kept span whose last block in use is freed (by its thread or by
+// others) stays kept, all its blocks on its lists: the thread's next blocks of
+// the class come off them with no carving (threadtest frees every block each
+// round). Kept spans with no block in use go back to the span-pool as the
+// thread takes spans from the shared stacks (lab_refill), a few at each, the
+// classes in turn (release_empty_kept), and at its exit or fw_collect. Bound:
+// a LAB keeps at most kKeptBytes besides its hot spans, which adds kKeptBytes
+// to the blowup bound's per-cache term (docs/design.md).
+constexpr uint32_t kKeptBytes = 16u * 1024 * 1024;
+// The most spans of one class a LAB can keep: the budget in 64 KiB spans.
+constexpr unsigned kKeptSpans = kKeptBytes / (64u * 1024);
+// A class's kept entries lie in groups of kKeptGroup (one cache line), group g
+// of every class side by side (Lab::kept_at): a LAB whose classes keep a few
+// spans each touches the first groups only, not a row of kKeptSpans entries
+// (2 KiB) for every class it uses.
+constexpr unsigned kKeptGroup = 8;
+static_assert(kKeptSpans % kKeptGroup == 0 && kKeptSpans <= 65535, "kept_n and kept_look are 16 bits");
+// Kept spans whose descriptors one kept_switch reads before it settles for
+// the best of them, and that one release_empty_kept looks at: with 16 or
+// fewer kept spans in a class, every one.
+constexpr unsigned kKeptLook = 16;
 
 // Blocks freed into one span this LAB does not own, not yet given to it:
 // freeing into that span again is plain pointer work. A chain fills on the
@@ -283,9 +291,11 @@ struct Lab {
   uint32_t pending_budget;     // bytes its chains may hold (above); kPendingBudget unless its chains grow
   uint32_t pending_offsets;    // pending_mask * sizeof(PendingChain): free's fast path (pending_chain_of)
   uint32_t kept_next;          // release_empty_kept's next class to visit, at most kClassCount
+  uint32_t kept_pos;           // and where in that class's kept spans it goes on from
+  uint32_t kept_bytes;         // span bytes of the kept spans, all classes: at most kKeptBytes
   uint64_t pending_of_class[kClassCount];  // bit i % 64: pending[i] may hold blocks of that class
-  HolderField<Span*> kept[kClassCount][kKeptSpans];  // kept spans (above), kept_n[c] of them per class
-  HolderField<uint8_t> kept_n[kClassCount];
+  HolderField<uint16_t> kept_n[kClassCount];     // kept spans of each class (kept_at)
+  HolderField<uint16_t> kept_look[kClassCount];  // where kept_switch's next look starts
   uint64_t kept_classes;  // bit c: kept_n[c] > 0 (release_empty_kept visits only those classes)
   std::atomic<uint64_t> allocs[kClassCount];
   std::atomic<uint64_t> frees[kClassCount];
@@ -305,6 +315,15 @@ struct Lab {
   // line, so that each slot lies in one (a free's push reads and writes its
   // span, head and room; per-CPU mode commits head and room in one store).
   alignas(64) PendingChain pending[kPendingMax];
+  // The kept spans (above), kept_n[c] of class c, in groups (kKeptGroup): the
+  // first two groups of every class (16 each) take 6 KiB, the 32 groups 96 KiB,
+  // paged in as used.
+  HolderField<Span*> kept_groups[kKeptSpans / kKeptGroup][kClassCount][kKeptGroup];
+
+  HolderField<Span*>& kept_at(unsigned c, unsigned i) { return kept_groups[i / kKeptGroup][c][i % kKeptGroup]; }
+  const HolderField<Span*>& kept_at(unsigned c, unsigned i) const {
+    return kept_groups[i / kKeptGroup][c][i % kKeptGroup];
+  }
   // Secure mode only (secure_heap.h), written by the holder alone: blocks its
   // thread freed that are not reusable yet, and the state of the generator
   // that picks their slots. Empty whenever the LAB is idle. Last, so that the
@@ -312,6 +331,11 @@ struct Lab {
   uint64_t quarantine_rng;
   void* quarantine[kLabQuarantine];
 };
+
+// Whether lab may keep one more span of class c (kept spans, above).
+FW_INLINE bool kept_has_room(const Lab* lab, unsigned c) {
+  return lab->kept_n[c] < kKeptSpans && lab->kept_bytes + class_info(c).span_bytes <= kKeptBytes;
+}
 
 extern FW_HIDDEN Lab g_lab_empty;  // a thread that has not called freeway yet
 extern FW_HIDDEN Lab g_lab_busy;   // the thread is inside malloc/free

@@ -1,5 +1,6 @@
 // Kept spans (lab.h): a per-thread LAB keeps owning the spans it filled, up to
-// kKeptSpans per class, so that its thread's frees into them are local.
+// kKeptBytes of them over all its classes, so that its thread's frees into
+// them are local.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -45,7 +46,9 @@ std::vector<void*> blocks_of(const std::vector<void*>& v, const Span* s) {
 // Whether s is among the calling thread's kept spans of class c.
 bool is_kept(const Span* s, unsigned c) {
   const Lab* lab = lab_current();
-  return std::count(lab->kept[c], lab->kept[c] + lab->kept_n[c], s) != 0;
+  for (unsigned i = 0; i < lab->kept_n[c]; i++)
+    if (lab->kept_at(c, i) == s) return true;
+  return false;
 }
 
 // Mallocs one block of `size` into *out; true if that made the thread take a
@@ -53,9 +56,9 @@ bool is_kept(const Span* s, unsigned c) {
 // date) changed to one that was not among its kept spans.
 bool malloc_took_span(size_t size, std::vector<void*>* out, Span** hot) {
   const unsigned c = class_of(size);
-  Span* was_kept[kKeptSpans];
+  Span* was_kept[kKeptSpans];  // on the stack: a vector's malloc would change the LAB
   const unsigned n = lab_current()->kept_n[c];
-  std::copy(lab_current()->kept[c], lab_current()->kept[c] + n, was_kept);
+  for (unsigned i = 0; i < n; i++) was_kept[i] = lab_current()->kept_at(c, i);
   out->push_back(fw_malloc(size));
   Span* now = lab_current()->hot[c];
   const bool took = now != *hot && std::find(was_kept, was_kept + n, now) == was_kept + n;
@@ -260,11 +263,14 @@ TEST_CASE("emptied kept spans of several classes go back one class per span take
   CHECK(fw_check_heap() == 0);
 }
 
-TEST_CASE("past kKeptSpans spans of a class, the exhausted hot span floats") {
+TEST_CASE("past kKeptBytes of kept spans, the exhausted hot span floats") {
+  fw_collect();  // no parked LAB with kept spans of other classes: the budget is all this class's
   std::thread([] {
     std::vector<Span*> spans;
     std::vector<void*> v = fill_spans(kKeptSpans + 4, &spans);
+    REQUIRE(class_info(class_of(kSize)).span_bytes * kKeptSpans == kKeptBytes);
     CHECK(kept_count() == kKeptSpans);
+    CHECK(lab_current()->kept_bytes == kKeptBytes);
     unsigned hot = 0, full = 0;
     for (Span* s : spans) {
       uint32_t st = state_of(s);
@@ -280,17 +286,59 @@ TEST_CASE("past kKeptSpans spans of a class, the exhausted hot span floats") {
   }).join();
 }
 
-TEST_CASE("a class of 256 KiB spans keeps at most kKeptBytes of them") {
+TEST_CASE("the kept budget is the LAB's: a class of 256 KiB spans keeps what the other classes left of kKeptBytes") {
+  fw_collect();
   std::thread([] {
+    // Forty 64 KiB spans of 64-byte blocks first (39 kept), then 4 KiB blocks.
+    std::vector<Span*> spans;
+    std::vector<void*> v = fill_spans(40, &spans);
+    REQUIRE(spans.size() == 40);
+    const uint32_t small_kept = lab_current()->kept_bytes;
+    CHECK(small_kept == 39 * 64 * 1024);
     const size_t size = 4096;
     const unsigned c = class_of(size);
     REQUIRE(class_info(c).span_bytes == 256 * 1024);
-    CHECK(kept_limit(c) == kKeptBytes / (256 * 1024));
-    std::vector<void*> v;
-    for (uint32_t i = 0; i < (kept_limit(c) + 3) * class_info(c).capacity; i++) v.push_back(fw_malloc(size));
-    CHECK(lab_current()->kept_n[c] == kept_limit(c));
+    const uint32_t room = (kKeptBytes - small_kept) / (256 * 1024);
+    for (uint32_t i = 0; i < (room + 3) * class_info(c).capacity; i++) v.push_back(fw_malloc(size));
+    CHECK(lab_current()->kept_n[c] == room);
+    CHECK(lab_current()->kept_bytes == small_kept + room * 256 * 1024);
+    CHECK(lab_current()->kept_bytes <= kKeptBytes);
     CHECK(fw_check_heap() == 0);
     for (void* p : v) fw_free(p);
+    CHECK(fw_check_heap() == 0);
+  }).join();
+}
+
+TEST_CASE("with more kept spans than one look reads, a switch reads on until it finds a free block") {
+  fw_collect();
+  std::thread([] {
+    const unsigned c = class_of(kSize);
+    const unsigned n = 3 * kKeptLook;  // n - 1 kept, the last one hot and used up
+    std::vector<Span*> spans;
+    std::vector<void*> v = fill_spans(n, &spans);
+    REQUIRE(spans.size() == n);
+    REQUIRE(kept_count() == n - 1);
+    // One block back in one kept span: wherever the look starts, the switch finds it.
+    Span* hot = lab_current()->hot[c];
+    REQUIRE(hot == spans.back());
+    Span* target = spans[n / 2];
+    void* back = blocks_of(v, target).front();
+    fw_free(back);
+    // The next block is that one: no span is taken from the shared stacks.
+    void* p = fw_malloc(kSize);
+    CHECK(p == back);
+    CHECK(lab_current()->hot[c] == target);
+    CHECK(is_kept(hot, c));
+    CHECK(kept_count() == n - 1);
+    CHECK(fw_check_heap() == 0);
+    // None has a free block now: the next takes a span, and the used-up hot span is kept.
+    void* q = fw_malloc(kSize);
+    CHECK(std::find(spans.begin(), spans.end(), span_of(q)) == spans.end());
+    CHECK(is_kept(target, c));
+    CHECK(kept_count() == n);
+    CHECK(fw_check_heap() == 0);
+    fw_free(q);
+    for (void* b : v) fw_free(b);
     CHECK(fw_check_heap() == 0);
   }).join();
 }

@@ -285,6 +285,11 @@ TEST_CASE("a thread freeing in random order into many more floated spans than it
   uint32_t most_slots = 0, most_held = 0, slots_after_grow = 0, slots_later = 0, rounds_later = 0, not_returned = 0;
   bool over_budget = false;
   std::thread([&] {
+    // Spans of 32-byte blocks, kept, take the LAB's whole kept budget (lab.h),
+    // so that the 64-byte spans below float as they fill.
+    std::vector<void*> keep(size_t(class_info(class_of(32)).capacity) * (kKeptSpans + 1));
+    for (void*& p : keep) p = fw_malloc(32);
+    REQUIRE(lab_current()->kept_bytes == kKeptBytes);
     // About 400 spans of 64-byte blocks, nearly all floated (FULL), freed in
     // an order unrelated to their addresses, as a program drops a big hash.
     const uint32_t per_span = class_info(class_of(64)).capacity;
@@ -323,6 +328,7 @@ TEST_CASE("a thread freeing in random order into many more floated spans than it
       if (slots_later < slots_after_grow) break;
     }
     CHECK(fw_check_heap() == 0);
+    for (void* p : keep) fw_free(p);
   }).join();
   std::printf("random frees into ~400 floated spans: slots grew to %u (%u at the end), chains held up to %u blocks "
               "(%u KiB); spans left non-empty by chains: %u; after %u round(s) of in-order frees into 60 spans: %u "
