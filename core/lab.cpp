@@ -373,26 +373,29 @@ void release_empty_kept(Lab* lab) {
 }
 
 // hot[c] has no block left: makes a kept span with free blocks hot[c], keeping
-// the old hot span in its place. It reads the kept spans' descriptors from
-// where its last look stopped (kept_look[c]), kKeptLook at a time, and takes
-// the one with the most free blocks among those it read, reading on only while
-// none had a free block: with up to kKeptLook kept spans, the best of all of
-// them; with more, a switch still costs kKeptLook reads, and the spans are
-// looked at in turn, so the ones left longest have gathered the most frees.
-// False (nothing changed) when no kept span has a free block.
+// the old hot span in its place. It reads at most kKeptLook kept spans'
+// descriptors, from where its last look stopped (kept_look[c]), and takes the
+// one with the most free blocks among them. With up to kKeptLook kept spans
+// that is the best of all; with more, the spans are read in turn, so the ones
+// passed over longest, which have gathered the most frees, come first, and a
+// switch costs kKeptLook reads even while every kept span is full (a growing
+// heap, where reading all of them cost up to 256 reads a span). False (nothing
+// changed) when none of the spans read has a free block: the thread then takes
+// a span from the shared stacks while a kept span it did not read may have
+// some, which its next switches reach (kept spans count in full in the bound).
 bool kept_switch(Lab* lab, unsigned c) {
   const unsigned n = lab->kept_n[c];
+  const unsigned reads = n < kKeptLook ? n : kKeptLook;
   unsigned i = lab->kept_look[c] < n ? unsigned(lab->kept_look[c]) : 0u;
   unsigned best = n;
   uint32_t most = 0;
-  for (unsigned read = 1; read <= n; read++) {
+  for (unsigned r = 0; r < reads; r++) {
     const uint32_t f = kept_free_count(lab->kept_at(c, i));
     if (f > most) {
       most = f;
       best = i;
     }
     i = i + 1 == n ? 0 : i + 1;
-    if (best != n && read % kKeptLook == 0) break;
   }
   lab->kept_look[c] = uint16_t(i);
   if (best == n) return false;
