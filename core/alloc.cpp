@@ -10,7 +10,6 @@
 #include "core/report.h"
 #include "core/secure.h"
 #include "core/secure_heap.h"
-#include "core/spare.h"
 #include "core/stats.h"
 #include "core/telemetry.h"
 #include "platform/os.h"
@@ -49,7 +48,7 @@ void* alloc_transient(unsigned c) {
 constexpr uint64_t kLargeSampleEvery = 64;
 std::atomic<uint64_t> g_large_calls{0};
 void* large_block(size_t n, size_t align, bool zero) {
-  void* p = spare_alloc(n, align, zero);
+  void* p = large_alloc(n, align, zero);
   if (p != nullptr && stats_large_rose() &&
       g_large_calls.fetch_add(1, std::memory_order_relaxed) % kLargeSampleEvery == 0)
     stats_sample_peak();

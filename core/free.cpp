@@ -8,7 +8,6 @@
 #include "core/report.h"
 #include "core/secure.h"
 #include "core/secure_heap.h"
-#include "core/spare.h"
 #include "core/stats.h"
 #include "platform/rseq.h"
 
@@ -139,13 +138,13 @@ void free_with(Lab* mine, void* p, Span* d, bool checked) {
       free_small(mine, out, quarantined_span(out), true);
     }
   } else if (state == kLarge || state == kLargeTail || state == kHuge) {
-    spare_free(mine, p, d);
+    large_free(p, d);
   } else if (zero_owns(p)) {  // secure mode's malloc(0), in a region's slot past its reservation
     zero_free(p);
   } else if (!arena_owns(p)) {
     free_foreign(p);  // in a region's slot, past its reservation
   } else if (large_block_start(p, d) != nullptr) {
-    spare_free(mine, p, d);  // inside a huge block, past its first vspan: large_free_run names it
+    large_free(p, d);  // inside a huge block, past its first vspan: large_free names it
   } else {
     report_misuse("double free (or free of memory not in use):", p);
   }

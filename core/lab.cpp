@@ -8,7 +8,6 @@
 #include "core/reusable.h"
 #include "core/secure.h"
 #include "core/secure_heap.h"
-#include "core/spare.h"
 #include "core/span_pool.h"
 #include "core/stats.h"
 #include "core/tagged_stack.h"
@@ -267,11 +266,6 @@ void lab_retire(Lab* lab) {
   lab_put(lab);
 }
 
-bool keeps_spans(const Lab* lab) {
-  uint32_t kind = lab->kind.load(std::memory_order_relaxed);
-  return (kind == kLabThread || kind == kLabParked) && !secure_mode();
-}
-
 void lab_put_transient(Lab* lab) {
   lab_flush_pending(lab);
   lab_put(lab);
@@ -302,6 +296,10 @@ void give_all_chains(Lab* lab) {
 // server ran 2.5 times faster per CPU, but test_churn's producer-consumer case
 // held 1.8 times its live bytes instead of 1.5 and grew under load, in the mode
 // whose point is memory that follows CPUs (docs/benchmarks.md).
+bool keeps_spans(const Lab* lab) {
+  uint32_t kind = lab->kind.load(std::memory_order_relaxed);
+  return (kind == kLabThread || kind == kLabParked) && !secure_mode();
+}
 
 // Blocks kept span k has free: on its owner-side list and on its remote list.
 uint32_t kept_free_count(const Span* k) {
@@ -583,7 +581,6 @@ void lab_defer_free(Lab* lab, Span* s, void* p) {
 
 void lab_flush(Lab* lab) {
   lab_flush_pending(lab);
-  spare_release(lab);
   for (unsigned c = 0; c < kClassCount; c++) {
     release_kept(lab, c);
     if (lab->hot[c] != nullptr) hot_release(lab, c);
@@ -599,7 +596,6 @@ void lab_collect_current() {
   if (lab == nullptr || is_placeholder(lab)) return;
   lab_enter();
   lab_flush_pending(lab);
-  spare_release(lab);
   for (unsigned c = 0; c < kClassCount; c++) release_kept(lab, c);
   lab_leave(slot);
 }
@@ -641,15 +637,9 @@ void* lab_refill(Lab* lab, unsigned c) {
     }
     flush_pending_class(lab, c);
     release_empty_kept(lab);
-    spare_expire(lab);
     void* list;
     Span* s = acquire_span(lab, c, &list);
-    if (s == nullptr) {
-      // No memory: the thread's own spare run (spare.h) is free memory too.
-      if (lab->spare == nullptr) return nullptr;
-      spare_release(lab);
-      continue;
-    }
+    if (s == nullptr) return nullptr;
     own_set(s, nullptr, 0);  // pool_next and large_size meant other things until now (span.h)
     lab->hot[c] = s;
     lab->free[c] = list;
@@ -809,19 +799,8 @@ bool lab_is_valid(const Lab* lab) {
       if (!own_list_is_valid(s)) ok = false;
     }
   }
-  if (const Span* run = lab->spare) {
-    Anchor a = Anchor::unpack(run->anchor.load(std::memory_order_acquire));
-    if (!keeps_spans(lab) || a.state != kFree || run->run_len.load(std::memory_order_relaxed) == 0 ||
-        run->committed.load(std::memory_order_relaxed) != lab->spare_bytes || lab->spare_bytes > kSpareMaxBytes)
-      ok = report_invariant("lab: spare run in a LAB that keeps none, not FREE, or not of its byte count",
-                            span_index(run));
-    kept_bytes += lab->spare_bytes;
-  } else if (lab->spare_bytes != 0) {
-    ok = report_invariant("lab: spare bytes without a spare run", lab->spare_bytes);
-  }
   if (kept_bytes != lab->kept_bytes || kept_bytes > kKeptBytes)
-    ok = report_invariant("lab: kept_bytes is not its kept spans' and spare run's bytes, or over kKeptBytes",
-                          kept_bytes);
+    ok = report_invariant("lab: kept_bytes is not its kept spans' bytes, or over kKeptBytes", kept_bytes);
   return ok;
 }
 

@@ -49,14 +49,10 @@
 //   cpu_allocs[c], cpu_frees[c] only grow, by atomic adds of any thread.
 //   kept_at(c, 0..kept_n[c]) are distinct HOT spans of class c with owner ==
 //   this LAB, none of them hot[c]; kept_bytes is the sum of their span_bytes
-//   over all classes and spare_bytes, at most kKeptBytes; only per-thread LABs outside secure
+//   over all classes, at most kKeptBytes; only per-thread LABs outside secure
 //   mode keep spans (keeps_spans), every other LAB has kept_n[c] == 0; bit c
 //   of kept_classes is set iff kept_n[c] > 0; kept_next <= kClassCount;
 //   kept_look[c] < kKeptSpans.
-//   spare (spare.h) is null or the head of a FREE run of large-block spans
-//   in no pool stack, whose committed bytes are spare_bytes, at most
-//   kSpareMaxBytes; kept_bytes counts them too (so kept spans and spare
-//   together stay within kKeptBytes); only a LAB that keeps spans has one.
 //   pending_mask + 1 (the chain slots in use) is a power of two from
 //   kPendingChains to kPendingMax, kPendingChains unless the LAB's chains
 //   grow (grows_chains: a per-thread or CPU LAB outside secure mode); 0 in a
@@ -296,7 +292,7 @@ struct Lab {
   uint32_t pending_offsets;    // pending_mask * sizeof(PendingChain): free's fast path (pending_chain_of)
   uint32_t kept_next;          // release_empty_kept's next class to visit, at most kClassCount
   uint32_t kept_pos;           // and where in that class's kept spans it goes on from
-  uint32_t kept_bytes;         // span bytes of the kept spans, all classes, and spare_bytes: at most kKeptBytes
+  uint32_t kept_bytes;         // span bytes of the kept spans, all classes: at most kKeptBytes
   uint64_t pending_of_class[kClassCount];  // bit i % 64: pending[i] may hold blocks of that class
   HolderField<uint16_t> kept_n[kClassCount];     // kept spans of each class (kept_at)
   HolderField<uint16_t> kept_look[kClassCount];  // where kept_switch's next look starts
@@ -314,12 +310,6 @@ struct Lab {
   std::atomic<uint64_t> parked_at;  // os::now_ns() when it was parked (kLabParked)
   std::atomic<uint32_t> idle_next;  // link in the idle stack
   std::atomic<Lab*> all_next;       // link in the list of every LAB ever made
-  // The spare run (spare.h): the last large block's run its thread freed, FREE
-  // and held by this LAB, or null; its committed bytes (counted in
-  // kept_bytes) and os::now_ms_coarse() when it was kept.
-  Span* spare;
-  uint32_t spare_bytes;
-  uint64_t spare_at;
   // After the fields every LAB uses: one that never grows touches only the
   // first kPendingChains slots (2 KiB) of these 128 KiB. Aligned to a cache
   // line, so that each slot lies in one (a free's push reads and writes its
@@ -477,9 +467,6 @@ void lab_put_transient(Lab* lab);
 // chains and makes it idle.
 Lab* lab_take_cpu();
 void lab_retire(Lab* lab);
-// Whether lab keeps spans (kept spans above, and a spare run, spare.h): a
-// per-thread LAB, bound or parked, outside secure mode.
-bool keeps_spans(const Lab* lab);
 // Releases every hot and kept span of lab and gives its pending frees to their
 // span (its holder calls this).
 void lab_flush(Lab* lab);

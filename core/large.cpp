@@ -119,16 +119,24 @@ void* huge_alloc(size_t size, size_t align, bool zero) {
 
 }  // namespace
 
-namespace {
-
-// Makes run `head` of n spans (FREE, held by the caller) the block of shape b.
-// nullptr if its pages cannot be committed: the run goes to the pool then.
-void* place_large(Span* head, uint32_t n, const LargeShape& b, bool zero) {
+void* large_alloc(size_t size, size_t align, bool zero) {
+  if (align < kMinAlign) align = kMinAlign;
+  if (size == 0) size = 1;  // a unique block, as for malloc(0)
+  size_t extra = align > kVspanSize ? align - kVspanSize : 0;
+  size_t total = size + extra;
+  if (total < size || size > (size_t(1) << 47) || align > (size_t(1) << 47)) return nullptr;
+  if (!arena_init()) return nullptr;  // this may be the process's first allocation
+  if (total > kLargeMax) return huge_alloc(size, align, zero);
+  uint32_t need = uint32_t((total + kVspanSize - 1) >> kVspanShift);
+  uint32_t n = need > 4 && !arena_capped() ? run_class(need) : need;
+  Span* head = pool_take_run(n, round_up(total, os::page_size()));
+  if (head == nullptr && n > need) head = pool_take_run(n = need, round_up(total, os::page_size()));
+  if (head == nullptr) return nullptr;
   span_set_use(head, kNoClass);  // a single span may have held small blocks at a colour
   uintptr_t base = span_base(head);
-  uintptr_t p = round_up(base, b.align);
+  uintptr_t p = round_up(base, align);
   uint64_t before = head->committed.load(std::memory_order_relaxed);
-  uint64_t bytes = round_up(p - base + b.size, os::page_size());
+  uint64_t bytes = round_up(p - base + size, os::page_size());
   // A run reused for a much smaller block gives back what the bigger one left
   // committed: when the excess is more than the block needs (and 64 KiB), so
   // that blocks of varying sizes reusing a run do not trim and fault each time.
@@ -151,46 +159,12 @@ void* place_large(Span* head, uint32_t n, const LargeShape& b, bool zero) {
   }
   place_guard(head, n, bytes);
   set_state(head, kLarge);
-  if (zero) zero_block(reinterpret_cast<void*>(p), kCallocZeroesUsable ? size_t(bytes - (p - base)) : b.size, base, before);
+  if (zero) zero_block(reinterpret_cast<void*>(p), kCallocZeroesUsable ? size_t(bytes - (p - base)) : size, base, before);
   g_live_bytes.fetch_add(bytes - (p - base), std::memory_order_relaxed);
   g_allocs.fetch_add(1, std::memory_order_relaxed);
   g_live_spans.fetch_add(n, std::memory_order_relaxed);
   return reinterpret_cast<void*>(p);
 }
-
-}  // namespace
-
-bool large_shape(size_t size, size_t align, LargeShape* out) {
-  if (align < kMinAlign) align = kMinAlign;
-  if (size == 0) size = 1;  // a unique block, as for malloc(0)
-  size_t extra = align > kVspanSize ? align - kVspanSize : 0;
-  size_t total = size + extra;
-  if (total < size || size > (size_t(1) << 47) || align > (size_t(1) << 47)) return false;
-  *out = LargeShape{size, align, total, 0, 0};
-  if (total <= kLargeMax) {
-    out->need = uint32_t((total + kVspanSize - 1) >> kVspanShift);
-    out->n = out->need > 4 && !arena_capped() ? run_class(out->need) : out->need;
-  }
-  return true;
-}
-
-void* large_alloc(size_t size, size_t align, bool zero) {
-  LargeShape b;
-  if (!large_shape(size, align, &b)) return nullptr;
-  return large_alloc_shaped(b, zero);
-}
-
-void* large_alloc_shaped(const LargeShape& b, bool zero) {
-  if (!arena_init()) return nullptr;  // this may be the process's first allocation
-  if (b.total > kLargeMax) return huge_alloc(b.size, b.align, zero);
-  uint32_t n = b.n;
-  Span* head = pool_take_run(n, round_up(b.total, os::page_size()));
-  if (head == nullptr && n > b.need) head = pool_take_run(n = b.need, round_up(b.total, os::page_size()));
-  if (head == nullptr) return nullptr;
-  return place_large(head, n, b, zero);
-}
-
-void* large_alloc_on(Span* head, const LargeShape& b, bool zero) { return place_large(head, b.n, b, zero); }
 
 // The head of the large or huge object p points into; nullptr if none. A
 // huge object's head is the first descriptor of its region's slice (the only
@@ -207,7 +181,7 @@ static Span* head_of(const void* p, const Span* d) {
   return nullptr;
 }
 
-Span* large_free_run(void* p, Span* d) {
+void large_free(void* p, Span* d) {
   Span* head = head_of(p, d);
   if (head == nullptr) report_misuse("free of a pointer freeway did not hand out (or double free):", p);
   uintptr_t base = span_base(head);
@@ -225,17 +199,13 @@ Span* large_free_run(void* p, Span* d) {
   if (state == kHuge) {
     span_forget_committed(head);
     arena_huge_release(span_index(head) / kVspansPerRegion);
-    return nullptr;
+    return;
   }
   uint32_t n = head->run_len.load(std::memory_order_relaxed);
   uint32_t hi = span_index(head);
   for (uint32_t i = 1; i < n; i++) set_state(span_at(hi + i), kFree);
   g_live_spans.fetch_sub(n, std::memory_order_relaxed);
-  return head;
-}
-
-void large_free(void* p, Span* d) {
-  if (Span* head = large_free_run(p, d)) pool_give(head, head->run_len.load(std::memory_order_relaxed));
+  pool_give(head, n);
 }
 
 size_t large_usable_size(const void* p, const Span* d) {

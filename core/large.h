@@ -26,27 +26,6 @@ void* large_alloc(size_t size, size_t align, bool zero);
 // Frees p, whose descriptor d is LARGE, LARGE_TAIL or HUGE; reports misuse
 // (bad or double free) and stops the process otherwise.
 void large_free(void* p, Span* d);
-
-// For a LAB that keeps the last run its thread freed (spare.h):
-// large_free but for the last step: returns the run's head, its spans FREE and
-// held by the caller with run_len the run's length (give it to the pool with
-// pool_give), or nullptr for a huge block (its region is released).
-Span* large_free_run(void* p, Span* d);
-// What a large block of `size` bytes at `align` takes: `total` bytes of
-// address space (the size and what the alignment adds), `need` vspans, and
-// n, the run length large_alloc takes first: a run class (span_pool.h), or
-// `need` under an address-space cap; need = n = 0 for a huge block. false:
-// no block can be had (sizes past 2^47).
-struct LargeShape {
-  size_t size, align, total;
-  uint32_t need, n;
-};
-bool large_shape(size_t size, size_t align, LargeShape* out);
-// large_alloc for a shape large_shape gave.
-void* large_alloc_shaped(const LargeShape& b, bool zero);
-// large_alloc on run `head`, FREE and held by the caller, whose run_len is b.n
-// (not 0).
-void* large_alloc_on(Span* head, const LargeShape& b, bool zero);
 // Usable bytes of the large or huge object that starts at p (0 if p is not
 // one's start, a pointer inside one included).
 size_t large_usable_size(const void* p, const Span* d);
