@@ -205,7 +205,7 @@ void large_free(void* p, Span* d) {
   uint32_t hi = span_index(head);
   for (uint32_t i = 1; i < n; i++) set_state(span_at(hi + i), kFree);
   g_live_spans.fetch_sub(n, std::memory_order_relaxed);
-  pool_give(head, n);
+  pool_give_large(head, n);
 }
 
 size_t large_usable_size(const void* p, const Span* d) {

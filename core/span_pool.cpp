@@ -33,6 +33,11 @@ SpanStack g_single[kTiers][kMaxPoolStacks];
 constexpr unsigned kRunSets = 2;  // 0: clean, 1: warm
 SpanStack g_exact[kRunSets][kExactRuns + 1];
 SpanStack g_log[kRunSets][kLogRuns];                 // g_log[w][k]: runs of length in [2^k, 2^(k+1)), k >= 6
+// The last large block's run given back on each CPU (span_pool.h: last-run
+// slots), as its index + 1, or 0: FREE, with pages (at most kLastRunMax), and
+// not counted in g_retained or g_pooled_spans until take_all sweeps it out,
+// so that a give and a take through a slot touch no shared counter.
+std::atomic<uint32_t> g_last_run[kMaxPoolStacks];
 // The run set a take looks through first: the warm one if the caller will use pages.
 unsigned first_run_set(uint64_t want) { return want != 0 ? 1 : 0; }
 std::atomic<unsigned> g_stack_count{0};
@@ -111,12 +116,39 @@ void push_free(Span* head, uint32_t len) {
     g_log[c != 0][floor_log2(len)].push(i);
 }
 
+// Puts a large block's run, with pages, in the calling CPU's last-run slot;
+// the run it displaces goes to the stacks.
+void push_last(Span* head, uint32_t len) {
+  head->run_len.store(len, std::memory_order_relaxed);
+  const uint32_t old = g_last_run[os::cpu_id() % stack_count()].exchange(span_index(head) + 1, std::memory_order_acq_rel);
+  if (old != 0) {
+    Span* o = span_at(old - 1);
+    pool_give(o, o->run_len.load(std::memory_order_relaxed));  // stamped and within the bound
+  }
+}
+
 // Marks a popped span or run as taken out of the pool.
 Span* taken(uint32_t index, uint32_t len) {
   Span* s = span_at(index);
   g_retained.fetch_sub(s->committed.load(std::memory_order_relaxed), std::memory_order_relaxed);
   g_pooled_spans.fetch_sub(len, std::memory_order_relaxed);
   return s;
+}
+
+// The calling CPU's last-run slot's run if it is n spans long, taken out of
+// the pool; nullptr otherwise (a run of another length stays, or goes to the
+// stacks if another took the slot meanwhile).
+Span* take_last(uint32_t n) {
+  std::atomic<uint32_t>& slot = g_last_run[os::cpu_id() % stack_count()];
+  if (slot.load(std::memory_order_relaxed) == 0) return nullptr;
+  const uint32_t v = slot.exchange(0, std::memory_order_acq_rel);
+  if (v == 0) return nullptr;
+  Span* s = span_at(v - 1);
+  const uint32_t len = s->run_len.load(std::memory_order_relaxed);
+  if (len == n) return s;
+  uint32_t empty = 0;
+  if (!slot.compare_exchange_strong(empty, v, std::memory_order_acq_rel, std::memory_order_relaxed)) pool_give(s, len);
+  return nullptr;
 }
 
 // Keeps the first n spans of a popped run of length m and pushes the rest back.
@@ -149,7 +181,9 @@ void give_leftover(uint32_t index, uint32_t len) {
 }
 
 // Pops every free span and run from every stack (of single spans, from commit
-// tier first_tier up; of runs, only warm ones if first_tier > 0), counts it as taken, and chains the heads through
+// tier first_tier up; of runs, only warm ones if first_tier > 0) and every
+// last-run slot, counts each as taken (a slot's run was never counted: it is
+// stamped instead, its age in the pool starting now), and chains the heads through
 // pool_next (they are the caller's alone until pushed again; other threads may
 // pop and push meanwhile). Returns the chain's head.
 uint32_t take_all(unsigned first_tier = 0, std::atomic<uint32_t>* publish = nullptr) {
@@ -162,6 +196,14 @@ uint32_t take_all(unsigned first_tier = 0, std::atomic<uint32_t>* publish = null
       if (publish != nullptr) publish->store(chain, std::memory_order_relaxed);
     }
   };
+  for (auto& slot : g_last_run) {  // warm runs only
+    const uint32_t v = slot.load(std::memory_order_relaxed) != 0 ? slot.exchange(0, std::memory_order_acq_rel) : 0;
+    if (v == 0) continue;  // not counted as pooled: nothing to count as taken
+    set_pool_stamp(span_at(v - 1), os::now_ms_coarse());  // its age in the pool starts now
+    span_at(v - 1)->pool_next.store(chain, std::memory_order_relaxed);
+    chain = v - 1;
+    if (publish != nullptr) publish->store(chain, std::memory_order_relaxed);
+  }
   for (unsigned t = first_tier; t < kTiers; t++)
     for (auto& st : g_single[t]) grab(st);
   for (unsigned w = first_tier > 0 ? 1 : 0; w < kRunSets; w++) {
@@ -488,6 +530,7 @@ static Span* take_run_from(unsigned w, uint32_t n, uint64_t want) {
 }
 
 Span* pool_take_run(uint32_t n, uint64_t want) {
+  if (Span* s = take_last(n)) return s;
   if (n == 1) return pool_take_span(want);
   maybe_purge();
   // Warm runs first when pages are wanted: a longer run with pages is split
@@ -512,10 +555,16 @@ Span* pool_take_run(uint32_t n, uint64_t want) {
   return take_run_from(1 - first, n, want);
 }
 
-void pool_give(Span* head, uint32_t len) {
-  g_given_spans.fetch_add(len, std::memory_order_relaxed);
+// pool_give, and for a large block's run (large) with pages, at most
+// kLastRunMax of them, the calling CPU's last-run slot.
+static void give(Span* head, uint32_t len, bool large) {
   uint64_t c = head->committed.load(std::memory_order_relaxed);
   const uint64_t delay = decay_ms();
+  if (large && c != 0 && c <= kLastRunMax && delay != 0) {
+    push_last(head, len);
+    return;
+  }
+  g_given_spans.fetch_add(len, std::memory_order_relaxed);
   if (c > 0 && delay == 0) decommit_span(head);
   if (c == 0 || delay == 0) {
     push_free(head, len);
@@ -540,6 +589,9 @@ void pool_give(Span* head, uint32_t len) {
   }
   maybe_purge_at(now, delay);  // the pool keeps pages now (head's), and delay > 0
 }
+
+void pool_give(Span* head, uint32_t len) { give(head, len, false); }
+void pool_give_large(Span* head, uint32_t len) { give(head, len, true); }
 
 void span_trim(Span* s, uint64_t bytes) {
   uint64_t c = s->committed.load(std::memory_order_relaxed);
@@ -620,6 +672,16 @@ bool pool_is_valid() {
       i = s->pool_next.load(std::memory_order_relaxed) - 1;
     }
   };
+  for (const auto& slot : g_last_run) {
+    const uint32_t v = slot.load(std::memory_order_relaxed);
+    if (v == 0) continue;
+    const Span* s = span_at(v - 1);
+    const uint64_t c = s->committed.load(std::memory_order_relaxed);
+    if (Anchor::unpack(s->anchor.load(std::memory_order_acquire)).state != kFree || c == 0 || c > kLastRunMax ||
+        s->run_len.load(std::memory_order_relaxed) == 0)
+      ok = report_invariant("pool: last-run slot holds a run not FREE, without pages or over kLastRunMax, or of no length",
+                            v - 1);
+  }
   for (auto& tier : g_single)
     for (auto& st : tier) walk(st, 1, 1);
   for (int w = 0; w < int(kRunSets); w++) {

@@ -19,12 +19,34 @@
 // gives back the oldest first (span_pool.cpp). Runs with pages (warm) and
 // without (clean) sit apart, and a take for a block tries the warm ones first.
 //
+// Last-run slots. A program that allocates and frees a large block again and
+// again (a buffer per request, per frame, per file) took the block's run from
+// the stacks and gave it back each time: a 1 MiB pair cost 854 instructions
+// under cachegrind, with the stacks' pops, pushes and split, the pool's
+// counters and a clock read on each side (tcmalloc: 399). Each CPU (of
+// stack_count()) now has a slot that holds the run of the last large block
+// given back on it with its pages, at most kLastRunMax (4 MiB)
+// (pool_give_large), and pool_take_run on that CPU takes it with one exchange
+// when it has the length wanted (run classes give similar sizes one length).
+// A slot's run is in the pool (FREE, held by nobody), but counted in neither
+// the retained bytes nor the pooled spans, and not stamped, so that a give and
+// a take through a slot read no clock and touch no shared counter; the run a
+// give displaces, or one of another length that a take found while another
+// thread filled the slot, goes back through pool_give (stamped, within the
+// retain bound). take_all sweeps the slots, so every purge pass, merge and
+// fw_collect sees their runs, stamped when swept. Threads on one CPU share its
+// slot, so a thread that frees a block and then waits keeps nothing for itself
+// (a cache per thread kept one run per waiting thread: docs/benchmarks.md,
+// Stop 46). The slots hold at most stack_count() x kLastRunMax outside the
+// retain bound, until the next purge pass.
+//
 // Every span in the pool is in state FREE and is held by nobody; the span (or
 // run head) descriptor's `committed` says how many bytes of its window are
 // committed (span_set_use). A run of two or more has class kNoClass (or
 // nothing committed), so its window is its base and its pages a prefix.
 // Invariants (pool_is_valid, checked while quiet):
-//   retained bytes = sum of `committed` over the spans and runs in the pool;
+//   retained bytes = sum of `committed` over the spans and runs in the stacks;
+//   a last-run slot's run is FREE with 1 to kLastRunMax bytes committed;
 //   a run is in the warm set if and only if its `committed` is not 0.
 #pragma once
 #include <cstdint>
@@ -48,6 +70,10 @@ Span* pool_take_run(uint32_t n, uint64_t want);
 // Gives a free span (run_len 1) or run head (run_len n) back. Its state must
 // already be FREE; the caller must not touch it afterwards.
 void pool_give(Span* head, uint32_t run_len);
+// pool_give for a freed large block's run: kept with its pages, it goes to
+// the calling CPU's last-run slot (above).
+void pool_give_large(Span* head, uint32_t run_len);
+constexpr uint64_t kLastRunMax = 4u << 20;
 
 // A span's committed bytes are its window: `committed` bytes from span_window
 // (its cache colour for a small span, span.h; its base for anything else).

@@ -332,3 +332,4 @@ TEST_CASE("freed large blocks keep their pages for the next blocks, then go back
   CHECK(committed_bytes() < committed);
   fw_free(p);
 }
+
