@@ -332,4 +332,3 @@ TEST_CASE("freed large blocks keep their pages for the next blocks, then go back
   CHECK(committed_bytes() < committed);
   fw_free(p);
 }
-
