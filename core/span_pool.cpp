@@ -81,6 +81,9 @@ unsigned stack_count() {
   return n;
 }
 
+// The calling CPU's single-span stacks and last-run slot.
+unsigned home_stack() { return os::cpu_id() % stack_count(); }
+
 unsigned floor_log2(uint32_t v) { return 31u - unsigned(__builtin_clz(v)); }
 
 unsigned tier_of(uint64_t committed) {
@@ -109,7 +112,7 @@ void push_free(Span* head, uint32_t len) {
   uint32_t i = span_index(head);
   const uint64_t c = head->committed.load(std::memory_order_relaxed);
   if (len == 1)
-    g_single[tier_of(c)][os::cpu_id() % stack_count()].push(i);
+    g_single[tier_of(c)][home_stack()].push(i);
   else if (len <= kExactRuns)
     g_exact[c != 0][len].push(i);
   else
@@ -120,7 +123,7 @@ void push_free(Span* head, uint32_t len) {
 // the run it displaces goes to the stacks.
 void push_last(Span* head, uint32_t len) {
   head->run_len.store(len, std::memory_order_relaxed);
-  const uint32_t old = g_last_run[os::cpu_id() % stack_count()].exchange(span_index(head) + 1, std::memory_order_acq_rel);
+  const uint32_t old = g_last_run[home_stack()].exchange(span_index(head) + 1, std::memory_order_acq_rel);
   if (old != 0) {
     Span* o = span_at(old - 1);
     pool_give(o, o->run_len.load(std::memory_order_relaxed));  // stamped and within the bound
@@ -136,11 +139,16 @@ Span* taken(uint32_t index, uint32_t len) {
 }
 
 // The calling CPU's last-run slot's run if it is n spans long, taken out of
-// the pool; nullptr otherwise (a run of another length stays, or goes to the
-// stacks if another took the slot meanwhile).
+// the pool; nullptr otherwise. The slot is emptied only for a run that looked
+// n long (a descriptor is always readable; the length is read again once the
+// run is the caller's): a take of another length leaves it with no locked
+// instruction. A run of another length found after all (another thread filled
+// the slot in between) goes back to the slot, or to the stacks if the slot was
+// filled again meanwhile.
 Span* take_last(uint32_t n) {
-  std::atomic<uint32_t>& slot = g_last_run[os::cpu_id() % stack_count()];
-  if (slot.load(std::memory_order_relaxed) == 0) return nullptr;
+  std::atomic<uint32_t>& slot = g_last_run[home_stack()];
+  const uint32_t seen = slot.load(std::memory_order_relaxed);
+  if (seen == 0 || span_at(seen - 1)->run_len.load(std::memory_order_relaxed) != n) return nullptr;
   const uint32_t v = slot.exchange(0, std::memory_order_acq_rel);
   if (v == 0) return nullptr;
   Span* s = span_at(v - 1);
@@ -188,21 +196,22 @@ void give_leftover(uint32_t index, uint32_t len) {
 // pop and push meanwhile). Returns the chain's head.
 uint32_t take_all(unsigned first_tier = 0, std::atomic<uint32_t>* publish = nullptr) {
   uint32_t chain = kNoIndex;
+  auto link = [&](uint32_t i) {
+    span_at(i)->pool_next.store(chain, std::memory_order_relaxed);
+    chain = i;
+    if (publish != nullptr) publish->store(chain, std::memory_order_relaxed);
+  };
   auto grab = [&](SpanStack& st) {
     for (uint32_t i = st.pop(); i != kNoIndex; i = st.pop()) {
       taken(i, span_at(i)->run_len.load(std::memory_order_relaxed));
-      span_at(i)->pool_next.store(chain, std::memory_order_relaxed);
-      chain = i;
-      if (publish != nullptr) publish->store(chain, std::memory_order_relaxed);
+      link(i);
     }
   };
   for (auto& slot : g_last_run) {  // warm runs only
     const uint32_t v = slot.load(std::memory_order_relaxed) != 0 ? slot.exchange(0, std::memory_order_acq_rel) : 0;
     if (v == 0) continue;  // not counted as pooled: nothing to count as taken
     set_pool_stamp(span_at(v - 1), os::now_ms_coarse());  // its age in the pool starts now
-    span_at(v - 1)->pool_next.store(chain, std::memory_order_relaxed);
-    chain = v - 1;
-    if (publish != nullptr) publish->store(chain, std::memory_order_relaxed);
+    link(v - 1);
   }
   for (unsigned t = first_tier; t < kTiers; t++)
     for (auto& st : g_single[t]) grab(st);
@@ -431,7 +440,7 @@ Span* fresh(uint32_t n) {
 // A single span from the pool's stacks, or nullptr if they hold none.
 static Span* take_pooled_span(uint64_t want) {
   unsigned n = stack_count();
-  unsigned home = os::cpu_id() % n;
+  unsigned home = home_stack();
   // The matching tier first, then clean spans, then the others from the
   // nearest: smaller ones commit more (free on Linux), bigger ones the caller trims.
   unsigned t = tier_of(want);
