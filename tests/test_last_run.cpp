@@ -5,39 +5,16 @@
 // case once prime_purge has run the first.
 #include <doctest/doctest.h>
 
-#include <sched.h>
-
 #include <thread>
 
 #include "core/arena.h"
 #include "core/span_pool.h"
+#include "test_util.h"
 
 using namespace fw;
 
 
 namespace {
-
-// Pins the calling thread to one CPU for the slot cases (each CPU has its
-// own slot), and lets it run anywhere again when it goes out of scope.
-struct PinnedToOneCpu {
-  cpu_set_t was;
-  bool pinned = false;
-  PinnedToOneCpu() {
-    if (sched_getaffinity(0, sizeof was, &was) != 0) return;
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    for (int c = 0; c < CPU_SETSIZE; c++) {
-      if (CPU_ISSET(c, &was)) {
-        CPU_SET(c, &one);
-        break;
-      }
-    }
-    pinned = sched_setaffinity(0, sizeof one, &one) == 0;
-  }
-  ~PinnedToOneCpu() {
-    if (pinned) sched_setaffinity(0, sizeof was, &was);
-  }
-};
 
 // A run of n vspans from the pool with `bytes` committed, as a large block's would be.
 Span* run_with_pages(uint32_t n, uint64_t bytes) {
@@ -59,8 +36,8 @@ void prime_purge() {
 
 TEST_CASE("a large block's run given back with its pages waits in its CPU's last-run slot, and the next take of "
           "its length there takes it") {
-  PinnedToOneCpu pin;
-  REQUIRE(pin.pinned);
+  const int cpu = fwtest::pin_to_first_cpu();  // each CPU has its own slot
+  REQUIRE(cpu >= 0);
   prime_purge();
   Span* r = run_with_pages(4, 4 * kVspanSize);
   const uint64_t pooled = pool_span_count(), retained = pool_retained_bytes(), committed = committed_bytes();
@@ -83,8 +60,8 @@ TEST_CASE("a large block's run given back with its pages waits in its CPU's last
 
 TEST_CASE("a newer large run displaces the slot's run into the stacks, and a run past kLastRunMax or without pages "
           "goes there at once") {
-  PinnedToOneCpu pin;
-  REQUIRE(pin.pinned);
+  const int cpu = fwtest::pin_to_first_cpu();  // each CPU has its own slot
+  REQUIRE(cpu >= 0);
   prime_purge();
   pool_collect();  // the slots empty
   Span* a = run_with_pages(4, 4 * kVspanSize);
@@ -109,8 +86,8 @@ TEST_CASE("a newer large run displaces the slot's run into the stacks, and a run
 }
 
 TEST_CASE("fw_collect's pool pass sweeps the last-run slots: their pages go back") {
-  PinnedToOneCpu pin;
-  REQUIRE(pin.pinned);
+  const int cpu = fwtest::pin_to_first_cpu();  // each CPU has its own slot
+  REQUIRE(cpu >= 0);
   prime_purge();
   Span* r = run_with_pages(4, 4 * kVspanSize);
   pool_give_large(r, 4);
@@ -125,20 +102,18 @@ TEST_CASE("fw_collect's pool pass sweeps the last-run slots: their pages go back
 TEST_CASE("threads that run on one CPU share its last-run slot: the run one gave back, the next one takes") {
   // What a per-thread cache could not do: a thread that frees a block and
   // then waits keeps nothing for itself (docs/benchmarks.md, Stop 46).
-  PinnedToOneCpu pin;
-  REQUIRE(pin.pinned);
+  const int cpu = fwtest::pin_to_first_cpu();  // each CPU has its own slot
+  REQUIRE(cpu >= 0);
   prime_purge();
-  cpu_set_t here;
-  REQUIRE(sched_getaffinity(0, sizeof here, &here) == 0);
   Span* given = nullptr;
   Span* taken = nullptr;
   std::thread([&] {
-    sched_setaffinity(0, sizeof here, &here);
+    fwtest::pin_to_cpu(unsigned(cpu));
     given = run_with_pages(4, 4 * kVspanSize);
     pool_give_large(given, 4);
   }).join();
   std::thread([&] {
-    sched_setaffinity(0, sizeof here, &here);
+    fwtest::pin_to_cpu(unsigned(cpu));
     taken = pool_take_run(4, 4 * kVspanSize);
   }).join();
   CHECK(taken == given);

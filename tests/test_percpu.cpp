@@ -25,6 +25,7 @@
 #include "freeway.h"
 #include "platform/os.h"
 #include "rng.h"
+#include "test_util.h"
 
 using namespace fw;
 
@@ -36,24 +37,13 @@ bool per_cpu() {
   return false;
 }
 
-void pin_to(unsigned cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  REQUIRE(sched_setaffinity(0, sizeof set, &set) == 0);
-}
+void pin_to(unsigned cpu) { REQUIRE(fwtest::pin_to_cpu(cpu)); }
 
 // The CPU of the calling thread, pinned to the first CPU it may use.
 unsigned pin_first() {
-  cpu_set_t set;
-  REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0);
-  for (unsigned c = 0; c < CPU_SETSIZE; c++)
-    if (CPU_ISSET(c, &set)) {
-      pin_to(c);
-      return c;
-    }
-  FAIL("no CPU in the affinity mask");
-  return 0;
+  const int cpu = fwtest::pin_to_first_cpu();
+  REQUIRE(cpu >= 0);
+  return unsigned(cpu);
 }
 
 }  // namespace

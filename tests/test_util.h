@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <link.h>
+#include <sched.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -76,6 +77,27 @@ struct Msg {
     write_fd(fd, buf, n);
   }
 };
+
+// ---------------------------------------------------------------------------
+// CPUs.
+
+// Pins the calling thread to CPU cpu; false if the OS refused.
+inline bool pin_to_cpu(unsigned cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return sched_setaffinity(0, sizeof set, &set) == 0;
+}
+
+// Pins the calling thread to the first CPU it may run on; that CPU, or -1 if
+// its affinity mask could not be read or set.
+inline int pin_to_first_cpu() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return -1;
+  for (unsigned c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &set)) return pin_to_cpu(c) ? int(c) : -1;
+  return -1;
+}
 
 // ---------------------------------------------------------------------------
 // Run length and memory.
