@@ -354,6 +354,23 @@ uint32_t arena_fresh_vspans(uint32_t n, uint32_t* leftover, uint32_t* leftover_l
   }
 }
 
+bool arena_extend(uint32_t at, uint32_t k) {
+  const uint32_t cur = g_current_region.load(std::memory_order_acquire);
+  if (cur == 0 || k == 0 || at / kVspansPerRegion != cur - 1) return false;
+  Region& reg = g_regions[cur - 1];
+  uint32_t v = at % kVspansPerRegion;
+  if (v == 0) return false;  // the region's start: no run can end there
+  for (;;) {
+    // acquire: pairs with region_grow's release of the new size.
+    const uint32_t limit = uint32_t(reg.size.load(std::memory_order_acquire) >> kVspanShift);
+    if (v + k <= limit) {
+      uint32_t expected = v;
+      return reg.next_vspan.compare_exchange_strong(expected, v + k, std::memory_order_relaxed);
+    }
+    if (reg.next_vspan.load(std::memory_order_relaxed) != v || !region_grow(cur - 1, limit, v + k)) return false;
+  }
+}
+
 bool arena_capped() {
   uint32_t c = g_cap.load(std::memory_order_relaxed);
   if (c == kCapUnread) c = read_cap();

@@ -116,6 +116,13 @@ FW_INLINE const Region* region_of_span(const Span* s) { return &g_regions[span_i
 // *leftover_len (vspans, 0 if none), for it to keep as free runs.
 uint32_t arena_fresh_vspans(uint32_t n, uint32_t* leftover, uint32_t* leftover_len);
 
+// Hands out the k never-used virtual spans that start at index `at`, if `at`
+// is where the current region's next fresh vspan is (a free run that ends
+// there can grow in place, as a heap's top does). False, handing out nothing,
+// if `at` is not there (another thread took fresh vspans first, or a region
+// was closed) or the region cannot grow to hold them.
+bool arena_extend(uint32_t at, uint32_t k);
+
 // Whether the process's address space is capped (RLIMIT_AS), as read the last
 // time the arena reserved room for runs (a region grown or a new one), or on
 // the first call if it never has: a load, where reading the cap is a system

@@ -233,7 +233,10 @@ uint32_t take_all(unsigned first_tier = 0, std::atomic<uint32_t>* publish = null
 // ends before the piece. A small span's pages at a colour are never a prefix:
 // such a span stays a run of its own. With `force` (no address space is left
 // for a new region) every piece joins and pages that are not a prefix are
-// given back instead. Returns true if a run of >= n spans exists afterwards.
+// given back instead. If no stretch is n long, the one that ends where the
+// current region's fresh vspans start (if any) grows to n over them
+// (arena_extend): a heap's top. Returns true if a run of >= n spans exists
+// afterwards.
 // A gathered span's `offset` holds the gathering call's token (top bit set;
 // real offsets of large blocks are below 2^31), so two threads coalescing at
 // the same time each see only the spans they gathered themselves.
@@ -321,13 +324,24 @@ bool coalesce(uint32_t n, bool force) {
     }
     if (start < len) settle(h + start, len - start);
   }
+  auto next_stretch = [](uint32_t i) { return uint32_t(span_at(i)->large_size.load(std::memory_order_relaxed)); };
   bool found = false;
+  for (uint32_t i = stretches; i != kNoIndex && !found; i = next_stretch(i))
+    found = span_at(i)->run_len.load(std::memory_order_relaxed) >= n;
+  // None long enough: the stretch that ends where the current region's fresh
+  // vspans start (at most one does) grows in place to n, as a heap's top
+  // does, so that its pages serve the block instead of a fresh run's faults.
+  for (uint32_t i = stretches; i != kNoIndex && !found; i = next_stretch(i)) {
+    const uint32_t len = span_at(i)->run_len.load(std::memory_order_relaxed);
+    if (arena_extend(i + len, n - len)) {
+      span_at(i)->run_len.store(n, std::memory_order_relaxed);
+      found = true;
+    }
+  }
   while (stretches != kNoIndex) {
     Span* s = span_at(stretches);
-    stretches = uint32_t(s->large_size.load(std::memory_order_relaxed));
-    uint32_t len = s->run_len.load(std::memory_order_relaxed);
-    found |= len >= n;
-    push_free(s, len);
+    stretches = next_stretch(stretches);
+    push_free(s, s->run_len.load(std::memory_order_relaxed));
   }
   return found;
 }
@@ -538,6 +552,21 @@ static Span* take_run_from(unsigned w, uint32_t n, uint64_t want) {
   return nullptr;
 }
 
+// Whether a take of n spans that found no run with pages should merge the
+// pool first (coalesce reads every pooled span): if anything was given back
+// since the last merge, and either as many spans as it wants were (free
+// address space to join), or the pool's pages could cover it and are more
+// than the spans a merge reads (a run that grows to n around them saves a
+// page fault for each of its pages, where a merge costs a few loads and
+// stores per pooled span).
+static bool merge_worth_it(uint32_t n, uint64_t want, uint64_t given, uint64_t at) {
+  if (given == at) return false;
+  const uint64_t spans = pool_span_count();
+  if (given - at >= n && spans >= n) return true;
+  const uint64_t kept = g_retained.load(std::memory_order_relaxed);
+  return spans <= (kept < want ? kept : want) / os::page_size();
+}
+
 Span* pool_take_run(uint32_t n, uint64_t want) {
   if (Span* s = take_last(n)) return s;
   if (n == 1) return pool_take_span(want);
@@ -551,8 +580,7 @@ Span* pool_take_run(uint32_t n, uint64_t want) {
   if (Span* s = take_run_from(first, n, want)) return s;
   uint64_t given = g_given_spans.load(std::memory_order_relaxed);
   uint64_t at = g_coalesced_at.load(std::memory_order_relaxed);
-  if (given - at >= n && pool_span_count() >= n && g_coalesced_at.compare_exchange_strong(at, given) &&
-      coalesce(n, false)) {
+  if (merge_worth_it(n, want, given, at) && g_coalesced_at.compare_exchange_strong(at, given) && coalesce(n, false)) {
     if (Span* s = take_run_from(first, n, want)) return s;
   }
   if (Span* s = take_run_from(1 - first, n, want)) return s;

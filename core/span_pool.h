@@ -19,6 +19,19 @@
 // gives back the oldest first (span_pool.cpp). Runs with pages (warm) and
 // without (clean) sit apart, and a take for a block tries the warm ones first.
 //
+// Merging and growing in place. A take for a run with pages that finds none
+// long enough merges the pool (coalesce: every free piece joined to its free
+// neighbours, pages kept as a prefix) when something was given back since the
+// last merge and either that much address space was, or the pool's pages
+// could serve the block and outnumber the spans a merge reads. A merged run
+// that is still too short and ends at the current region's fresh vspans grows
+// over them. So a program that frees one big buffer and allocates the next,
+// bigger or smaller, reuses one area of pages, as a heap's top is reused,
+// instead of faulting in a fresh run and keeping the old one's pages until
+// the retain bound gives them back: 2,000 zeroed 5-25 MiB buffers, one at a
+// time, took 870,000-940,000 page faults and now take 8,400-11,400 (glibc:
+// 33,700; docs/benchmarks.md, Stop 47).
+//
 // Last-run slots. A program that allocates and frees a large block again and
 // again (a buffer per request, per frame, per file) took the block's run from
 // the stacks and gave it back each time: a 1 MiB pair cost 854 instructions

@@ -332,3 +332,49 @@ TEST_CASE("freed large blocks keep their pages for the next blocks, then go back
   CHECK(committed_bytes() < committed);
   fw_free(p);
 }
+
+// A run's place in its arena region: the index just past it, and the region's
+// bump index (the first vspan never handed out).
+static uint32_t end_in_region(const Span* s, uint32_t len) { return span_index(s) % kVspansPerRegion + len; }
+static uint32_t frontier_of(const Span* s) { return arena_vspans_used(span_index(s) / kVspansPerRegion); }
+
+TEST_CASE("a run with pages that ends where the region's fresh vspans start grows in place for a longer block") {
+  // One block's run given back with its pages, then a block twice as long:
+  // no pooled run fits, so the pool merges and the run grows over the fresh
+  // vspans after it, keeping its pages (a heap's top), instead of faulting in
+  // a fresh run and keeping both.
+  Span* run = pool_take_run(4, 0);
+  REQUIRE(run != nullptr);
+  REQUIRE(end_in_region(run, 4) == frontier_of(run));  // a new process: the region's last run
+  REQUIRE(span_commit(run, 4 * kVspanSize));
+  pool_give(run, 4);
+  const uint64_t committed = committed_bytes(), retained = pool_retained_bytes();
+  Span* grown = pool_take_run(8, 8 * kVspanSize);
+  REQUIRE(grown == run);
+  CHECK(grown->run_len.load() == 8);
+  CHECK(grown->committed.load() == 4 * kVspanSize);  // its pages, the new vspans after them
+  CHECK(frontier_of(run) == end_in_region(run, 8));
+  CHECK(committed_bytes() == committed);
+  CHECK(pool_retained_bytes() == retained - 4 * kVspanSize);
+  pool_give(grown, 8);
+  CHECK(pool_is_valid());
+  CHECK(arena_is_valid());
+}
+
+TEST_CASE("a run with pages that does not end at the region's fresh vspans keeps them, and a longer block takes a fresh run") {
+  Span* run = pool_take_run(4, 0);
+  Span* held = pool_take_run(1, 0);  // taken after it: the run no longer ends at the fresh vspans
+  REQUIRE((run != nullptr && held != nullptr));
+  REQUIRE(end_in_region(run, 4) < frontier_of(run));
+  REQUIRE(span_commit(run, 4 * kVspanSize));
+  pool_give(run, 4);
+  Span* other = pool_take_run(8, 8 * kVspanSize);
+  REQUIRE(other != nullptr);
+  CHECK(other != run);
+  CHECK(run->committed.load() == 4 * kVspanSize);  // still pooled, with its pages
+  CHECK(run->run_len.load() == 4);
+  pool_give(other, 8);
+  pool_give(held, 1);
+  CHECK(pool_is_valid());
+  CHECK(arena_is_valid());
+}
