@@ -573,9 +573,9 @@ Span* pool_take_run(uint32_t n, uint64_t want) {
   maybe_purge();
   // Warm runs first when pages are wanted: a longer run with pages is split
   // before a clean one that fits is faulted in, and before either, the free
-  // spans are merged if at least n have been given back since the last merge
-  // (so merging never repeats for nothing): pieces with pages side by side
-  // make a run with pages.
+  // spans are merged if merge_worth_it (never twice for the same gives):
+  // pieces with pages side by side make a run with pages, and one that ends at
+  // the region's fresh vspans grows to n.
   const unsigned first = first_run_set(want);
   if (Span* s = take_run_from(first, n, want)) return s;
   uint64_t given = g_given_spans.load(std::memory_order_relaxed);
