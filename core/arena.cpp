@@ -359,7 +359,9 @@ bool arena_extend(uint32_t at, uint32_t k) {
   if (cur == 0 || k == 0 || at / kVspansPerRegion != cur - 1) return false;
   Region& reg = g_regions[cur - 1];
   uint32_t v = at % kVspansPerRegion;
-  if (v == 0) return false;  // the region's start: no run can end there
+  // Index 0 of this region: a run ending there is the region before it's, and
+  // must not grow across into this one.
+  if (v == 0) return false;
   for (;;) {
     // acquire: pairs with region_grow's release of the new size.
     const uint32_t limit = uint32_t(reg.size.load(std::memory_order_acquire) >> kVspanShift);

@@ -210,7 +210,7 @@ uint32_t take_all(unsigned first_tier = 0, std::atomic<uint32_t>* publish = null
   for (auto& slot : g_last_run) {  // warm runs only
     const uint32_t v = slot.load(std::memory_order_relaxed) != 0 ? slot.exchange(0, std::memory_order_acq_rel) : 0;
     if (v == 0) continue;  // not counted as pooled: nothing to count as taken
-    set_pool_stamp(span_at(v - 1), os::now_ms_coarse());  // its age in the pool starts now
+    set_pool_stamp(span_at(v - 1), now_ms());  // its age in the pool starts now
     link(v - 1);
   }
   for (unsigned t = first_tier; t < kTiers; t++)

@@ -13,7 +13,6 @@
 
 using namespace fw;
 
-
 namespace {
 
 // A run of n vspans from the pool with `bytes` committed, as a large block's would be.
