@@ -26,7 +26,9 @@ struct RegionLink {
   std::atomic<uint32_t>& operator()(uint32_t i) const { return g_region_links[i]; }
 };
 TaggedStack<RegionLink> g_free_region_ids;    // ids of released huge regions
-std::atomic<uint32_t> g_current_region{0};    // arena region bumped from, id + 1
+// The arena regions bumped from, id + 1 (0: none yet), one per frontier
+// (arena.h, Frontier): runs longer than kBigRunVspans at one, everything else at the other.
+std::atomic<uint32_t> g_current_region[kFrontiers] = {};
 std::atomic<uint64_t> g_reserved{0};
 
 // The table's base | kZoneBit when it starts a zone (reserved a slice at a
@@ -298,8 +300,9 @@ bool arena_owns(const void* p) { return span_of_owned(p) != nullptr; }
 uint32_t arena_fresh_vspans(uint32_t n, uint32_t* leftover, uint32_t* leftover_len) {
   *leftover_len = 0;
   if (n == 0 || n > kVspansPerRegion) return kNoIndex;
+  std::atomic<uint32_t>& current = g_current_region[frontier_of(n)];
   for (;;) {
-    uint32_t cur = g_current_region.load(std::memory_order_acquire);
+    uint32_t cur = current.load(std::memory_order_acquire);
     if (cur != 0) {
       Region& reg = g_regions[cur - 1];
       uint32_t v = reg.next_vspan.load(std::memory_order_relaxed);
@@ -331,8 +334,9 @@ uint32_t arena_fresh_vspans(uint32_t n, uint32_t* leftover, uint32_t* leftover_l
     uint32_t fresh = region_new(size_t(first) << kVspanShift, kRegionSize, kRegionArena);
     if (fresh == kNoIndex && first > least) fresh = region_new(size_t(least) << kVspanShift, kRegionSize, kRegionArena);
     if (fresh == kNoIndex) return kNoIndex;
-    if (g_current_region.compare_exchange_strong(cur, fresh + 1, std::memory_order_acq_rel,
-                                                 std::memory_order_acquire)) {
+    // Before the CAS (release) publishes the region to takers of fresh vspans.
+    g_regions[fresh].frontier.store(frontier_of(n), std::memory_order_relaxed);
+    if (current.compare_exchange_strong(cur, fresh + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
       if (cur != 0) {
         // Close the old region: whatever was reserved and not handed out goes
         // to the caller. A grower racing with this only adds unused room.
@@ -354,14 +358,23 @@ uint32_t arena_fresh_vspans(uint32_t n, uint32_t* leftover, uint32_t* leftover_l
   }
 }
 
+// The region holding index `at` if it is a current region (either frontier's:
+// a run of short pieces merged at the spans' frontier may grow there too) and
+// `at` is not its index 0 (a run ending there is the region before it's);
+// else nullptr.
+static Region* current_region_at(uint32_t at) {
+  if (at % kVspansPerRegion == 0) return nullptr;
+  for (const auto& c : g_current_region)
+    if (uint32_t r = c.load(std::memory_order_acquire); r != 0 && at / kVspansPerRegion == r - 1) return &g_regions[r - 1];
+  return nullptr;
+}
+
 bool arena_extend(uint32_t at, uint32_t k) {
-  const uint32_t cur = g_current_region.load(std::memory_order_acquire);
-  if (cur == 0 || k == 0 || at / kVspansPerRegion != cur - 1) return false;
-  Region& reg = g_regions[cur - 1];
+  Region* found = current_region_at(at);
+  if (found == nullptr || k == 0) return false;
+  Region& reg = *found;
+  const uint32_t r = uint32_t(found - g_regions);
   uint32_t v = at % kVspansPerRegion;
-  // Index 0 of this region: a run ending there is the region before it's, and
-  // must not grow across into this one.
-  if (v == 0) return false;
   for (;;) {
     // acquire: pairs with region_grow's release of the new size.
     const uint32_t limit = uint32_t(reg.size.load(std::memory_order_acquire) >> kVspanShift);
@@ -369,7 +382,7 @@ bool arena_extend(uint32_t at, uint32_t k) {
       uint32_t expected = v;
       return reg.next_vspan.compare_exchange_strong(expected, v + k, std::memory_order_relaxed);
     }
-    if (reg.next_vspan.load(std::memory_order_relaxed) != v || !region_grow(cur - 1, limit, v + k)) return false;
+    if (reg.next_vspan.load(std::memory_order_relaxed) != v || !region_grow(r, limit, v + k)) return false;
   }
 }
 

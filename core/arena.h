@@ -55,6 +55,7 @@ struct Region {
   std::atomic<uint32_t> kind;
   std::atomic<uint32_t> next_vspan;  // arena: bump index of the first vspan never handed out
   std::atomic<uint32_t> inited;      // descriptors of its slice initialised so far (kept when the id is recycled)
+  std::atomic<uint32_t> frontier;    // arena: the Frontier (below) it was created for
 };
 
 extern FW_HIDDEN std::atomic<Span*> g_region_map[kRegionMapEntries];
@@ -109,15 +110,34 @@ FW_INLINE uintptr_t span_blocks(const Span* s) {
 }
 FW_INLINE const Region* region_of_span(const Span* s) { return &g_regions[span_index(s) / kVspansPerRegion]; }
 
+// Frontiers. Fresh vspans come from the current region of one of two
+// frontiers: runs of more than kBigRunVspans (a large block of more than
+// 4 MiB, the longest a last-run slot keeps) from one, single spans and shorter
+// runs from the other, each with its own current region. A big block's run
+// then ends where its frontier's fresh vspans start, unless another big block
+// was allocated after it, so when it is freed and a bigger one wanted, its
+// pages grow in place (arena_extend) instead of the next block faulting in a
+// run of its own beside them; with one frontier the spans of the small blocks
+// allocated in between lay past it (the span-pool keeps them off such runs
+// too: span_pool.h; docs/design.md, "Two frontiers").
+enum Frontier : unsigned { kFrontierSpans = 0, kFrontierBigRuns = 1, kFrontiers = 2 };
+constexpr uint32_t kBigRunVspans = 16;
+FW_INLINE Frontier frontier_of(uint32_t n) { return n > kBigRunVspans ? kFrontierBigRuns : kFrontierSpans; }
+// The frontier whose region holds the vspan at `index` (an arena region's).
+FW_INLINE Frontier arena_frontier(uint32_t index) {
+  return Frontier(g_regions[index / kVspansPerRegion].frontier.load(std::memory_order_relaxed));
+}
+
 // Hands out n contiguous never-used virtual spans (n <= kVspansPerRegion) and
 // returns the index of the first, or kNoIndex when the OS has no more memory.
+// They come from frontier_of(n)'s current region.
 // Grows the current region in place when it can, else reserves a new region;
 // the unused reserved tail of the old region is then handed to the caller too, as *leftover (index) and
 // *leftover_len (vspans, 0 if none), for it to keep as free runs.
 uint32_t arena_fresh_vspans(uint32_t n, uint32_t* leftover, uint32_t* leftover_len);
 
 // Hands out the k never-used virtual spans that start at index `at`, if `at`
-// is where the current region's next fresh vspan is (a free run that ends
+// is where a current region's (either frontier's) next fresh vspan is (a free run that ends
 // there can grow in place, as a heap's top does). False, handing out nothing,
 // if `at` is not there (another thread took fresh vspans first, or a region
 // was closed) or the region cannot grow to hold them.

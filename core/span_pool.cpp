@@ -30,14 +30,22 @@ SpanStack g_single[kTiers][kMaxPoolStacks];
 // faults in as little as it can and the pages kept for reuse are the ones
 // reused, whatever their lengths (jemalloc, likewise, searches its dirty
 // extents before the retained ones).
+// And runs sit apart by the frontier whose region holds them (arena.h): runs
+// of big blocks' regions are pieces of an area that big blocks reuse and grow,
+// so single spans and short runs are split off them before fresh address
+// space only where the vspan above is in use (free_above; pool_take_span,
+// pool_take_run).
 constexpr unsigned kRunSets = 2;  // 0: clean, 1: warm
-SpanStack g_exact[kRunSets][kExactRuns + 1];
-SpanStack g_log[kRunSets][kLogRuns];                 // g_log[w][k]: runs of length in [2^k, 2^(k+1)), k >= 6
+SpanStack g_exact[kFrontiers][kRunSets][kExactRuns + 1];
+SpanStack g_log[kFrontiers][kRunSets][kLogRuns];  // g_log[f][w][k]: runs of length in [2^k, 2^(k+1)), k >= 6
 // The last large block's run given back on each CPU (span_pool.h: last-run
 // slots), as its index + 1, or 0: FREE, with pages (at most kLastRunMax), and
 // not counted in g_retained or g_pooled_spans until take_all sweeps it out,
 // so that a give and a take through a slot touch no shared counter.
 std::atomic<uint32_t> g_last_run[kMaxPoolStacks];
+// A block too big for a slot is one whose run comes from the big blocks'
+// frontier: those are the runs that merge and grow in place.
+static_assert((uint64_t(kBigRunVspans) << kVspanShift) == kLastRunMax, "big runs start where the slots stop");
 // The run set a take looks through first: the warm one if the caller will use pages.
 unsigned first_run_set(uint64_t want) { return want != 0 ? 1 : 0; }
 std::atomic<unsigned> g_stack_count{0};
@@ -46,7 +54,10 @@ std::atomic<uint64_t> g_committed{0};
 std::atomic<uint64_t> g_peak_committed{0};
 std::atomic<int64_t> g_pooled_spans{0};
 std::atomic<uint64_t> g_given_spans{0};     // spans ever given back (a run counts each)
-std::atomic<uint64_t> g_coalesced_at{0};    // g_given_spans when the pool was last merged
+// g_given_spans when the pool was last merged for a take of each frontier's
+// runs (arena.h): a merge for a short run, which takes nothing from the big
+// blocks' area, does not use up a merge that a big block's take needs to grow.
+std::atomic<uint64_t> g_coalesced_at[kFrontiers] = {};
 
 // Commit policy (span_pool.h): what enters the pool keeps its pages, stamped
 // with the time it came in (pool_stamp), unless the retained bytes would pass
@@ -114,9 +125,9 @@ void push_free(Span* head, uint32_t len) {
   if (len == 1)
     g_single[tier_of(c)][home_stack()].push(i);
   else if (len <= kExactRuns)
-    g_exact[c != 0][len].push(i);
+    g_exact[arena_frontier(i)][c != 0][len].push(i);
   else
-    g_log[c != 0][floor_log2(len)].push(i);
+    g_log[arena_frontier(i)][c != 0][floor_log2(len)].push(i);
 }
 
 // Puts a large block's run, with pages, in the calling CPU's last-run slot;
@@ -215,9 +226,11 @@ uint32_t take_all(unsigned first_tier = 0, std::atomic<uint32_t>* publish = null
   }
   for (unsigned t = first_tier; t < kTiers; t++)
     for (auto& st : g_single[t]) grab(st);
-  for (unsigned w = first_tier > 0 ? 1 : 0; w < kRunSets; w++) {
-    for (auto& st : g_exact[w]) grab(st);
-    for (auto& st : g_log[w]) grab(st);
+  for (unsigned f = 0; f < kFrontiers; f++) {
+    for (unsigned w = first_tier > 0 ? 1 : 0; w < kRunSets; w++) {
+      for (auto& st : g_exact[f][w]) grab(st);
+      for (auto& st : g_log[f][w]) grab(st);
+    }
   }
   return chain;
 }
@@ -233,9 +246,9 @@ uint32_t take_all(unsigned first_tier = 0, std::atomic<uint32_t>* publish = null
 // ends before the piece. A small span's pages at a colour are never a prefix:
 // such a span stays a run of its own. With `force` (no address space is left
 // for a new region) every piece joins and pages that are not a prefix are
-// given back instead. If no stretch is n long, the one that ends where the
-// current region's fresh vspans start (if any) grows to n over them
-// (arena_extend): a heap's top. Returns true if a run of >= n spans exists
+// given back instead. If no stretch is n long, one that ends where a current
+// region's fresh vspans start (if any; one per frontier, arena.h) grows to n
+// over them (arena_extend): a heap's top. Returns true if a run of >= n spans exists
 // afterwards.
 // A gathered span's `offset` holds the gathering call's token (top bit set;
 // real offsets of large blocks are below 2^31), so two threads coalescing at
@@ -328,8 +341,8 @@ bool coalesce(uint32_t n, bool force) {
   bool found = false;
   for (uint32_t i = stretches; i != kNoIndex && !found; i = next_stretch(i))
     found = span_at(i)->run_len.load(std::memory_order_relaxed) >= n;
-  // None long enough: the stretch that ends where the current region's fresh
-  // vspans start (at most one does) grows in place to n, as a heap's top
+  // None long enough: a stretch that ends where a current region's fresh
+  // vspans start (at most one per frontier) grows in place to n, as a heap's top
   // does, so that its pages serve the block instead of a fresh run's faults.
   for (uint32_t i = stretches; i != kNoIndex && !found; i = next_stretch(i)) {
     const uint32_t len = span_at(i)->run_len.load(std::memory_order_relaxed);
@@ -451,7 +464,71 @@ Span* fresh(uint32_t n) {
 
 }  // namespace
 
-// A single span from the pool's stacks, or nullptr if they hold none.
+// Whether pooled run i is followed by free vspans in its region: pooled ones,
+// with which a merge joins it, or fresh ones, over which it grows in place
+// (arena_extend). A hint, read without holding the neighbour (relaxed: it
+// orders nothing); the region's slice covers `end` unless `end` starts the next
+// region.
+static bool free_above(uint32_t i) {
+  const uint32_t end = i + span_at(i)->run_len.load(std::memory_order_relaxed);
+  return end % kVspansPerRegion != 0 &&
+         Anchor::unpack(span_at(end)->anchor.load(std::memory_order_relaxed)).state == kFree;
+}
+
+// Runs popped and set aside, still counted as pooled, to go back on their
+// stacks (at most kHeld).
+struct Held {
+  static constexpr unsigned kHeld = 8;
+  uint32_t index[kHeld];
+  SpanStack* from[kHeld];
+  unsigned n = 0;
+  ~Held() {
+    while (n > 0) {
+      n--;
+      from[n]->push(index[n]);
+    }
+  }
+};
+// Pops a run off st; with spare, not a run with free vspans above it
+// (free_above), which is set aside in *held instead, while there is room.
+static uint32_t pop_run(SpanStack& st, bool spare, Held* held) {
+  for (;;) {
+    uint32_t i = st.pop();
+    if (i == kNoIndex || !spare || !free_above(i)) return i;
+    if (held->n == Held::kHeld) {
+      st.push(i);
+      return kNoIndex;
+    }
+    held->index[held->n] = i;
+    held->from[held->n++] = &st;
+  }
+}
+
+// A single span split off a run of frontier f's regions, the shortest first (a
+// warm one if pages are wanted), runs longer than kExactRuns included: a freed
+// large block of more than 16 MiB, or a closed region's leftover, is free
+// address space like any other. With spare, not off a run with free vspans
+// above it (free_above). nullptr if f's stacks hold no such run.
+static Span* split_span_off(unsigned f, uint64_t want, bool spare) {
+  Held held;
+  Span* got = nullptr;
+  for (unsigned k = 0; k < kRunSets && got == nullptr; k++) {
+    const unsigned w = k == 0 ? first_run_set(want) : 1 - first_run_set(want);
+    for (uint32_t m = 2; m <= kExactRuns && got == nullptr; m++) {
+      uint32_t i = pop_run(g_exact[f][w][m], spare, &held);
+      if (i != kNoIndex) got = split(i, m, 1);
+    }
+    for (unsigned level = 0; level < kLogRuns && got == nullptr; level++) {
+      uint32_t i = pop_run(g_log[f][w][level], spare, &held);
+      if (i != kNoIndex) got = split(i, span_at(i)->run_len.load(std::memory_order_relaxed), 1);
+    }
+  }
+  return got;
+}
+
+// A single span from the pool's stacks of single spans, else split off a run,
+// the spans' frontier's first, then a big blocks' run below a block in use
+// (not free_above); nullptr if they hold none.
 static Span* take_pooled_span(uint64_t want) {
   unsigned n = stack_count();
   unsigned home = home_stack();
@@ -465,32 +542,22 @@ static Span* take_pooled_span(uint64_t want) {
       if (i != kNoIndex) return taken(i, 1);
     }
   }
-  // No single span: split one off a run, the shortest first (a warm one if
-  // pages are wanted), runs longer than kExactRuns included: a freed large
-  // block of more than 16 MiB, or a closed region's leftover, is free address
-  // space like any other.
-  for (unsigned k = 0; k < kRunSets; k++) {
-    const unsigned w = k == 0 ? first_run_set(want) : 1 - first_run_set(want);
-    for (uint32_t m = 2; m <= kExactRuns; m++) {
-      uint32_t i = g_exact[w][m].pop();
-      if (i != kNoIndex) return split(i, m, 1);
-    }
-    for (unsigned level = 0; level < kLogRuns; level++) {
-      uint32_t i = g_log[w][level].pop();
-      if (i != kNoIndex) return split(i, span_at(i)->run_len.load(std::memory_order_relaxed), 1);
-    }
-  }
-  return nullptr;
+  // No single span: split one off a run.
+  if (Span* s = split_span_off(kFrontierSpans, want, false)) return s;
+  return split_span_off(kFrontierBigRuns, want, true);
 }
 
 Span* pool_take_span(uint64_t want) {
-  // What the pool holds before fresh address space; when there is none left
-  // (an address-space limit), merge whatever is free and look again, as
-  // pool_take_run does.
+  // What the pool holds before fresh address space, except big blocks' runs
+  // with free vspans above them; when there is no address space left (an
+  // address-space limit), those too, then whatever is free merged, and look
+  // again, as pool_take_run does.
   if (Span* s = take_pooled_span(want)) return s;
   if (Span* s = fresh(1)) return s;
+  if (Span* s = split_span_off(kFrontierBigRuns, want, false)) return s;
   if (!coalesce(1, true)) return nullptr;
-  return take_pooled_span(want);
+  if (Span* s = take_pooled_span(want)) return s;
+  return split_span_off(kFrontierBigRuns, want, false);
 }
 
 // Pops up to five runs off the top of st and keeps the one that scores
@@ -518,8 +585,9 @@ static uint32_t pick_from_top(SpanStack& st, uint64_t enough, Score score) {
   return best;
 }
 
-// A run of at least n >= 2 spans from run set w, split to n; nullptr if none.
-static Span* take_run_from(unsigned w, uint32_t n, uint64_t want) {
+// A run of at least n >= 2 spans from frontier f's run set w, split to n;
+// nullptr if none.
+static Span* take_run_from(unsigned f, unsigned w, uint32_t n, uint64_t want, bool spare = false) {
   if (n <= kExactRuns) {
     for (uint32_t m = n; m <= kExactRuns; m++) {
       // Of the top few runs of this length, the one with `want` bytes
@@ -527,7 +595,8 @@ static Span* take_run_from(unsigned w, uint32_t n, uint64_t want) {
       // the runs with more pages to bigger blocks; else the one with the
       // most. One within 64 KiB of `want` ends the look.
       constexpr int64_t kCovers = int64_t(1) << 60;
-      uint32_t best = pick_from_top(g_exact[w][m], uint64_t(kCovers - (64 << 10)), [want](uint32_t i) {
+      uint32_t best = pick_from_top(g_exact[f][w][m], uint64_t(kCovers - (64 << 10)), [want, spare](uint32_t i) {
+        if (spare && free_above(i)) return int64_t(-1);
         const uint64_t c = span_at(i)->committed.load(std::memory_order_relaxed);
         return c >= want ? kCovers - int64_t(c - want) : int64_t(c);
       });
@@ -540,16 +609,29 @@ static Span* take_run_from(unsigned w, uint32_t n, uint64_t want) {
   // look at its top few first.
   unsigned first = n <= 64 ? 6 : floor_log2(n - 1) + 1;
   if (n > 64 && floor_log2(n) < first) {
-    uint32_t found = pick_from_top(g_log[w][floor_log2(n)], 1, [n](uint32_t i) {
-      return span_at(i)->run_len.load(std::memory_order_relaxed) >= n ? int64_t(1) : int64_t(-1);
+    uint32_t found = pick_from_top(g_log[f][w][floor_log2(n)], 1, [n, spare](uint32_t i) {
+      return span_at(i)->run_len.load(std::memory_order_relaxed) >= n && !(spare && free_above(i)) ? int64_t(1)
+                                                                                                 : int64_t(-1);
     });
     if (found != kNoIndex) return split(found, span_at(found)->run_len.load(std::memory_order_relaxed), n);
   }
+  Held held;
   for (unsigned k = first; k < kLogRuns; k++) {
-    uint32_t i = g_log[w][k].pop();
+    uint32_t i = pop_run(g_log[f][w][k], spare, &held);
     if (i != kNoIndex) return split(i, span_at(i)->run_len.load(std::memory_order_relaxed), n);
   }
   return nullptr;
+}
+
+// take_run_from for a take of n from run set w, over what it uses before
+// fresh address space: a big block's (n > kBigRunVspans) own frontier's runs,
+// then the other's; a shorter run's own, then the big blocks' frontier's that
+// lie below a block in use, so that it does not cut up a run that big blocks
+// can still merge or grow (free_above; arena.h, Frontiers).
+static Span* take_run_near(unsigned w, uint32_t n, uint64_t want) {
+  const unsigned f = frontier_of(n);
+  if (Span* s = take_run_from(f, w, n, want)) return s;
+  return take_run_from(1 - f, w, n, want, f == kFrontierSpans);
 }
 
 // Whether a take of n spans that found no run with pages should merge the
@@ -573,23 +655,29 @@ Span* pool_take_run(uint32_t n, uint64_t want) {
   maybe_purge();
   // Warm runs first when pages are wanted: a longer run with pages is split
   // before a clean one that fits is faulted in, and before either, the free
-  // spans are merged if merge_worth_it (never twice for the same gives):
+  // spans are merged if merge_worth_it (never twice for the same gives and
+  // the same frontier):
   // pieces with pages side by side make a run with pages, and one that ends at
-  // the region's fresh vspans grows to n.
+  // a region's fresh vspans grows to n.
   const unsigned first = first_run_set(want);
-  if (Span* s = take_run_from(first, n, want)) return s;
+  if (Span* s = take_run_near(first, n, want)) return s;
   uint64_t given = g_given_spans.load(std::memory_order_relaxed);
-  uint64_t at = g_coalesced_at.load(std::memory_order_relaxed);
-  if (merge_worth_it(n, want, given, at) && g_coalesced_at.compare_exchange_strong(at, given) && coalesce(n, false)) {
-    if (Span* s = take_run_from(first, n, want)) return s;
+  std::atomic<uint64_t>& merged_at = g_coalesced_at[frontier_of(n)];
+  uint64_t at = merged_at.load(std::memory_order_relaxed);
+  if (merge_worth_it(n, want, given, at) && merged_at.compare_exchange_strong(at, given, std::memory_order_relaxed) && coalesce(n, false)) {
+    if (Span* s = take_run_near(first, n, want)) return s;
   }
-  if (Span* s = take_run_from(1 - first, n, want)) return s;
+  if (Span* s = take_run_near(1 - first, n, want)) return s;
   if (Span* s = fresh(n)) return s;
-  // No address space left for a new region: merge whatever is free, pages or
-  // not, and look again.
-  if (!coalesce(n, true)) return nullptr;
-  if (Span* s = take_run_from(first, n, want)) return s;
-  return take_run_from(1 - first, n, want);
+  // No address space left for a new region: the big blocks' area too, then
+  // whatever is free merged, pages or not, and look again.
+  for (unsigned round = 0; round < 2; round++) {
+    if (round == 1 && !coalesce(n, true)) return nullptr;
+    for (unsigned f = 0; f < kFrontiers; f++)
+      for (unsigned w : {first, 1 - first})
+        if (Span* s = take_run_from(f, w, n, want)) return s;
+  }
+  return nullptr;
 }
 
 // pool_give, and for a large block's run (large) with pages, at most
@@ -694,7 +782,7 @@ uint64_t pool_span_count() {
 bool pool_is_valid() {
   bool ok = true;
   uint64_t retained = 0;
-  auto walk = [&](const SpanStack& st, uint32_t min_len, uint32_t max_len, int warm = -1) {
+  auto walk = [&](const SpanStack& st, uint32_t min_len, uint32_t max_len, int warm = -1, int frontier = -1) {
     uint32_t i = st.peek();
     uint32_t steps = 0;
     while (i != kNoIndex && steps++ < (1u << 22)) {
@@ -705,6 +793,7 @@ bool pool_is_valid() {
       if (len < min_len || len > max_len) ok = report_invariant("pool: run in the wrong stack", i);
       const uint64_t c = s->committed.load(std::memory_order_relaxed);
       if (warm >= 0 && (c != 0) != (warm != 0)) ok = report_invariant("pool: run in the wrong commit set", i);
+      if (frontier >= 0 && int(arena_frontier(i)) != frontier) ok = report_invariant("pool: run in another frontier's set", i);
       retained += c;
       i = s->pool_next.load(std::memory_order_relaxed) - 1;
     }
@@ -721,9 +810,11 @@ bool pool_is_valid() {
   }
   for (auto& tier : g_single)
     for (auto& st : tier) walk(st, 1, 1);
-  for (int w = 0; w < int(kRunSets); w++) {
-    for (uint32_t m = 2; m <= kExactRuns; m++) walk(g_exact[w][m], m, m, w);
-    for (unsigned k = 6; k < kLogRuns; k++) walk(g_log[w][k], 1u << k, (2u << k) - 1, w);
+  for (unsigned f = 0; f < kFrontiers; f++) {
+    for (int w = 0; w < int(kRunSets); w++) {
+      for (uint32_t m = 2; m <= kExactRuns; m++) walk(g_exact[f][w][m], m, m, w, int(f));
+      for (unsigned k = 6; k < kLogRuns; k++) walk(g_log[f][w][k], 1u << k, (2u << k) - 1, w, int(f));
+    }
   }
   if (retained != g_retained.load(std::memory_order_relaxed))
     ok = report_invariant("pool: retained bytes differ from the sum over pooled spans", retained);

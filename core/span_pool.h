@@ -10,6 +10,13 @@
 // Free runs of 2 or more contiguous spans (what large objects are made of) sit
 // in run stacks keyed by length: exact lengths up to 64, then one stack per
 // power of two. A run popped for n spans is split and the rest pushed back.
+// Runs sit apart by the frontier their region belongs to (arena.h). Before
+// fresh address space, single spans and runs of up to kBigRunVspans are split
+// off the spans' frontier's runs, and off a big blocks' run only when the
+// vspan above it is in use: a big run with free vspans above can still merge
+// or grow in place (below) for the next bigger block, so the small blocks a
+// program allocates between its buffers do not cut it up; one below a block
+// in use can do neither, and its pages serve small blocks.
 //
 // Commit policy (decay): a span or run keeps what it had committed when it
 // enters the pool, so reuse costs no page faults, stamped with the time it
@@ -24,7 +31,7 @@
 // neighbours, pages kept as a prefix) when something was given back since the
 // last merge and either that much address space was, or the pool's pages
 // could serve the block and outnumber the spans a merge reads. A merged run
-// that is still too short and ends at the current region's fresh vspans grows
+// that is still too short and ends at a current region's fresh vspans grows
 // over them. So a program that frees one big buffer and allocates the next,
 // bigger or smaller, reuses one area of pages, as a heap's top is reused,
 // instead of faulting in a fresh run and keeping the old one's pages until
@@ -60,6 +67,7 @@
 // Invariants (pool_is_valid, checked while quiet):
 //   retained bytes = sum of `committed` over the spans and runs in the stacks;
 //   a last-run slot's run is FREE with 1 to kLastRunMax bytes committed;
+//   a run in the stacks sits in the set of its region's frontier;
 //   a run is in the warm set if and only if its `committed` is not 0.
 #pragma once
 #include <cstdint>

@@ -336,7 +336,8 @@ TEST_CASE("freed large blocks keep their pages for the next blocks, then go back
 // A run's place in its arena region: the index just past it, and the region's
 // bump index (the first vspan never handed out).
 static uint32_t end_in_region(const Span* s, uint32_t len) { return span_index(s) % kVspansPerRegion + len; }
-static uint32_t frontier_of(const Span* s) { return arena_vspans_used(span_index(s) / kVspansPerRegion); }
+// Where the fresh vspans of s's region start (its index within the region).
+static uint32_t fresh_from(const Span* s) { return arena_vspans_used(span_index(s) / kVspansPerRegion); }
 
 TEST_CASE("a run with pages that ends where the region's fresh vspans start grows in place for a longer block") {
   // One block's run given back with its pages, then a block twice as long:
@@ -345,7 +346,7 @@ TEST_CASE("a run with pages that ends where the region's fresh vspans start grow
   // a fresh run and keeping both.
   Span* run = pool_take_run(4, 0);
   REQUIRE(run != nullptr);
-  REQUIRE(end_in_region(run, 4) == frontier_of(run));  // a new process: the region's last run
+  REQUIRE(end_in_region(run, 4) == fresh_from(run));  // a new process: the region's last run
   REQUIRE(span_commit(run, 4 * kVspanSize));
   pool_give(run, 4);
   const uint64_t committed = committed_bytes(), retained = pool_retained_bytes();
@@ -353,7 +354,7 @@ TEST_CASE("a run with pages that ends where the region's fresh vspans start grow
   REQUIRE(grown == run);
   CHECK(grown->run_len.load() == 8);
   CHECK(grown->committed.load() == 4 * kVspanSize);  // its pages, the new vspans after them
-  CHECK(frontier_of(run) == end_in_region(run, 8));
+  CHECK(fresh_from(run) == end_in_region(run, 8));
   CHECK(committed_bytes() == committed);
   CHECK(pool_retained_bytes() == retained - 4 * kVspanSize);
   pool_give(grown, 8);
@@ -365,7 +366,7 @@ TEST_CASE("a run with pages that does not end at the region's fresh vspans keeps
   Span* run = pool_take_run(4, 0);
   Span* held = pool_take_run(1, 0);  // taken after it: the run no longer ends at the fresh vspans
   REQUIRE((run != nullptr && held != nullptr));
-  REQUIRE(end_in_region(run, 4) < frontier_of(run));
+  REQUIRE(end_in_region(run, 4) < fresh_from(run));
   REQUIRE(span_commit(run, 4 * kVspanSize));
   pool_give(run, 4);
   Span* other = pool_take_run(8, 8 * kVspanSize);
@@ -375,6 +376,76 @@ TEST_CASE("a run with pages that does not end at the region's fresh vspans keeps
   CHECK(run->run_len.load() == 4);
   pool_give(other, 8);
   pool_give(held, 1);
+  CHECK(pool_is_valid());
+  CHECK(arena_is_valid());
+}
+
+TEST_CASE("single spans and short runs do not cut up a big block's freed run that can grow, and it grows in place for a bigger block") {
+  // A big block's run (more than kBigRunVspans) comes from the big blocks'
+  // frontier. Given back with its pages, it is the only run pooled, and the
+  // vspans above it are fresh; single spans and a short run taken next come
+  // from the other frontier's fresh vspans instead of being split off it, so
+  // a bigger block then finds it whole, still ending at its frontier, and
+  // grows it in place.
+  constexpr uint32_t n = kBigRunVspans + 4;
+  Span* big = pool_take_run(n, 0);
+  REQUIRE(big != nullptr);
+  REQUIRE(arena_frontier(span_index(big)) == kFrontierBigRuns);
+  REQUIRE(end_in_region(big, n) == fresh_from(big));
+  REQUIRE(span_commit(big, uint64_t(n) * kVspanSize));
+  pool_give(big, n);
+  auto outside_big = [big](const Span* s, uint32_t len) {
+    return span_index(s) + len <= span_index(big) || span_index(s) >= span_index(big) + n;
+  };
+  std::vector<Span*> singles;
+  for (int i = 0; i < 8; i++) {
+    Span* s = pool_take_span(kVspanSize);
+    REQUIRE(s != nullptr);
+    CHECK(outside_big(s, 1));
+    CHECK(arena_frontier(span_index(s)) == kFrontierSpans);
+    singles.push_back(s);
+  }
+  Span* shorter = pool_take_run(4, 4 * kVspanSize);
+  REQUIRE(shorter != nullptr);
+  CHECK(outside_big(shorter, 4));
+  CHECK(big->run_len.load() == n);  // still whole in the pool
+  const uint64_t committed = committed_bytes();
+  Span* grown = pool_take_run(2 * n, uint64_t(2 * n) * kVspanSize);
+  REQUIRE(grown == big);
+  CHECK(grown->run_len.load() == 2 * n);
+  CHECK(grown->committed.load() == uint64_t(n) * kVspanSize);  // its pages kept, the new vspans after them
+  CHECK(committed_bytes() == committed);
+  pool_give(grown, 2 * n);
+  pool_give(shorter, 4);
+  for (Span* s : singles) pool_give(s, 1);
+  CHECK(pool_is_valid());
+  CHECK(arena_is_valid());
+}
+
+TEST_CASE("a big block's freed run below a block in use serves single spans with its pages") {
+  // With a big block in use above it, the run can neither grow nor merge
+  // upwards: its pages serve the small blocks' spans before fresh address
+  // space, as they did with one frontier (a program's old buffer below the
+  // one that replaced it).
+  constexpr size_t kBig = size_t(kBigRunVspans + 4) * kVspanSize;
+  void* below = fw_malloc(kBig);
+  void* above = fw_malloc(kBig);
+  REQUIRE((below != nullptr && above != nullptr));
+  std::memset(below, 1, kBig);
+  Span* run = span_of(below);
+  const uint32_t n = run->run_len.load();
+  REQUIRE(arena_frontier(span_index(run)) == kFrontierBigRuns);
+  REQUIRE(span_of(above) == span_at(span_index(run) + n));
+  fw_free(below);  // more than a last-run slot keeps: to the stacks, with its pages
+  REQUIRE(run->committed.load() >= kBig);
+  const uint64_t committed = committed_bytes();
+  Span* s = pool_take_span(kVspanSize);
+  REQUIRE(s == run);  // split off its head
+  CHECK(s->committed.load() == kVspanSize);
+  CHECK(committed_bytes() == committed);
+  CHECK(span_at(span_index(run) + 1)->run_len.load() == n - 1);  // the rest, still pooled with its pages
+  pool_give(s, 1);
+  fw_free(above);
   CHECK(pool_is_valid());
   CHECK(arena_is_valid());
 }
