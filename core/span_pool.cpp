@@ -475,33 +475,37 @@ static bool free_above(uint32_t i) {
          Anchor::unpack(span_at(end)->anchor.load(std::memory_order_relaxed)).state == kFree;
 }
 
-// Runs popped and set aside, still counted as pooled, to go back on their
-// stacks (at most kHeld).
-struct Held {
-  static constexpr unsigned kHeld = 8;
-  uint32_t index[kHeld];
-  SpanStack* from[kHeld];
-  unsigned n = 0;
-  ~Held() {
-    while (n > 0) {
-      n--;
-      from[n]->push(index[n]);
-    }
-  }
-};
-// Pops a run off st; with spare, not a run with free vspans above it
-// (free_above), which is set aside in *held instead, while there is room.
-static uint32_t pop_run(SpanStack& st, bool spare, Held* held) {
-  for (;;) {
+// Pops up to five runs off the top of st and keeps the one that scores
+// highest (score(i) < 0: not wanted), stopping at the first whose score
+// reaches `enough`; pushes the others back, still counted as pooled. Returns
+// the one kept (now taken off the stack), or kNoIndex if none was wanted.
+template <class Score>
+static uint32_t pick_from_top(SpanStack& st, uint64_t enough, Score score) {
+  uint32_t held[4], nheld = 0, best = kNoIndex;
+  int64_t best_score = -1;
+  while (nheld < 4) {
     uint32_t i = st.pop();
-    if (i == kNoIndex || !spare || !free_above(i)) return i;
-    if (held->n == Held::kHeld) {
-      st.push(i);
-      return kNoIndex;
+    if (i == kNoIndex) break;
+    const int64_t sc = score(i);
+    if (sc > best_score) {
+      if (best != kNoIndex) held[nheld++] = best;
+      best = i;
+      best_score = sc;
+    } else {
+      held[nheld++] = i;
     }
-    held->index[held->n] = i;
-    held->from[held->n++] = &st;
+    if (best_score >= 0 && uint64_t(best_score) >= enough) break;
   }
+  while (nheld > 0) st.push(held[--nheld]);
+  return best;
+}
+
+// Pops a run off st; with spare, not one with free vspans above it
+// (free_above): of the top few, the first that has none, the others pushed
+// back (pick_from_top); kNoIndex if none of them.
+static uint32_t pop_run(SpanStack& st, bool spare) {
+  if (!spare) return st.pop();
+  return pick_from_top(st, 0, [](uint32_t i) { return free_above(i) ? int64_t(-1) : int64_t(0); });
 }
 
 // A single span split off a run of frontier f's regions, the shortest first (a
@@ -510,20 +514,18 @@ static uint32_t pop_run(SpanStack& st, bool spare, Held* held) {
 // address space like any other. With spare, not off a run with free vspans
 // above it (free_above). nullptr if f's stacks hold no such run.
 static Span* split_span_off(unsigned f, uint64_t want, bool spare) {
-  Held held;
-  Span* got = nullptr;
-  for (unsigned k = 0; k < kRunSets && got == nullptr; k++) {
+  for (unsigned k = 0; k < kRunSets; k++) {
     const unsigned w = k == 0 ? first_run_set(want) : 1 - first_run_set(want);
-    for (uint32_t m = 2; m <= kExactRuns && got == nullptr; m++) {
-      uint32_t i = pop_run(g_exact[f][w][m], spare, &held);
-      if (i != kNoIndex) got = split(i, m, 1);
+    for (uint32_t m = 2; m <= kExactRuns; m++) {
+      uint32_t i = pop_run(g_exact[f][w][m], spare);
+      if (i != kNoIndex) return split(i, m, 1);
     }
-    for (unsigned level = 0; level < kLogRuns && got == nullptr; level++) {
-      uint32_t i = pop_run(g_log[f][w][level], spare, &held);
-      if (i != kNoIndex) got = split(i, span_at(i)->run_len.load(std::memory_order_relaxed), 1);
+    for (unsigned level = 0; level < kLogRuns; level++) {
+      uint32_t i = pop_run(g_log[f][w][level], spare);
+      if (i != kNoIndex) return split(i, span_at(i)->run_len.load(std::memory_order_relaxed), 1);
     }
   }
-  return got;
+  return nullptr;
 }
 
 // A single span from the pool's stacks of single spans, else split off a run,
@@ -560,34 +562,11 @@ Span* pool_take_span(uint64_t want) {
   return split_span_off(kFrontierBigRuns, want, false);
 }
 
-// Pops up to five runs off the top of st and keeps the one that scores
-// highest (score(i) < 0: not wanted), stopping at the first whose score
-// reaches `enough`; pushes the others back, still counted as pooled. Returns
-// the one kept (now taken off the stack), or kNoIndex if none was wanted.
-template <class Score>
-static uint32_t pick_from_top(SpanStack& st, uint64_t enough, Score score) {
-  uint32_t held[4], nheld = 0, best = kNoIndex;
-  int64_t best_score = -1;
-  while (nheld < 4) {
-    uint32_t i = st.pop();
-    if (i == kNoIndex) break;
-    const int64_t sc = score(i);
-    if (sc > best_score) {
-      if (best != kNoIndex) held[nheld++] = best;
-      best = i;
-      best_score = sc;
-    } else {
-      held[nheld++] = i;
-    }
-    if (best_score >= 0 && uint64_t(best_score) >= enough) break;
-  }
-  while (nheld > 0) st.push(held[--nheld]);
-  return best;
-}
 
 // A run of at least n >= 2 spans from frontier f's run set w, split to n;
 // nullptr if none.
 static Span* take_run_from(unsigned f, unsigned w, uint32_t n, uint64_t want, bool spare = false) {
+  auto spared = [spare](uint32_t i) { return spare && free_above(i); };
   if (n <= kExactRuns) {
     for (uint32_t m = n; m <= kExactRuns; m++) {
       // Of the top few runs of this length, the one with `want` bytes
@@ -595,8 +574,8 @@ static Span* take_run_from(unsigned f, unsigned w, uint32_t n, uint64_t want, bo
       // the runs with more pages to bigger blocks; else the one with the
       // most. One within 64 KiB of `want` ends the look.
       constexpr int64_t kCovers = int64_t(1) << 60;
-      uint32_t best = pick_from_top(g_exact[f][w][m], uint64_t(kCovers - (64 << 10)), [want, spare](uint32_t i) {
-        if (spare && free_above(i)) return int64_t(-1);
+      uint32_t best = pick_from_top(g_exact[f][w][m], uint64_t(kCovers - (64 << 10)), [want, spared](uint32_t i) {
+        if (spared(i)) return int64_t(-1);
         const uint64_t c = span_at(i)->committed.load(std::memory_order_relaxed);
         return c >= want ? kCovers - int64_t(c - want) : int64_t(c);
       });
@@ -609,15 +588,13 @@ static Span* take_run_from(unsigned f, unsigned w, uint32_t n, uint64_t want, bo
   // look at its top few first.
   unsigned first = n <= 64 ? 6 : floor_log2(n - 1) + 1;
   if (n > 64 && floor_log2(n) < first) {
-    uint32_t found = pick_from_top(g_log[f][w][floor_log2(n)], 1, [n, spare](uint32_t i) {
-      return span_at(i)->run_len.load(std::memory_order_relaxed) >= n && !(spare && free_above(i)) ? int64_t(1)
-                                                                                                 : int64_t(-1);
+    uint32_t found = pick_from_top(g_log[f][w][floor_log2(n)], 1, [n, spared](uint32_t i) {
+      return span_at(i)->run_len.load(std::memory_order_relaxed) >= n && !spared(i) ? int64_t(1) : int64_t(-1);
     });
     if (found != kNoIndex) return split(found, span_at(found)->run_len.load(std::memory_order_relaxed), n);
   }
-  Held held;
   for (unsigned k = first; k < kLogRuns; k++) {
-    uint32_t i = pop_run(g_log[f][w][k], spare, &held);
+    uint32_t i = pop_run(g_log[f][w][k], spare);
     if (i != kNoIndex) return split(i, span_at(i)->run_len.load(std::memory_order_relaxed), n);
   }
   return nullptr;
