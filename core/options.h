@@ -16,7 +16,7 @@ namespace fw {
 
 #define FW_OPTIONS(X)                                                                           \
   X(verbose, 0, 0, 1, "1: print the options at start and a statistics summary at exit")       \
-  X(retain_mb, 32, 0, 1 << 20, "MiB of freed spans and runs kept committed for reuse (or the most the heap had in use within FREEWAY_DECAY_MS, if more)") \
+  X(retain_mb, 32, 0, 1 << 20, "MiB of freed spans and runs kept committed for reuse (or the most the heap had in use within FREEWAY_DECAY_MS, or a cycle's footprint once it faults back what this bound gave back, if more)") \
   X(decay_ms, 1000, 0, 0x7fffffff, "freed spans and runs kept committed give their pages back after this many ms unused; 0: at once") \
   X(reuse_percent, 25, 1, 100, "a full span becomes reusable when this percent of its blocks are free (Hoard f)") \
   X(pool_stacks, 0, 0, 64, "stacks in the span-pool; 0 = one per CPU (at most 64)")            \

@@ -383,6 +383,55 @@ uint64_t retain_bound(uint64_t now) {
   return high > base ? high : base;
 }
 
+// The bound raised to a cycle's footprint. A program that runs the same cycle
+// again and again (a buffer grown by realloc, then freed; a batch of blocks
+// built and dropped) can touch more pages in a cycle than it ever has in use
+// at once: the runs a growing buffer leaves behind hold about twice its final
+// size. Bounded by retain_bound() alone, the pool gave back, at each cycle's
+// end, pages the next cycle faulted in again (a buffer grown to 16 MiB in
+// 64 KiB steps: 3,700 faults a cycle). So a give past that bound asks whether
+// the bound's last pass was faulted back: if the heap has committed at least
+// half of what that pass gave back since (g_committed rose from where the
+// pass left it), within FREEWAY_DECAY_MS of it, the pages are a cycle's, and
+// the bound becomes the heap's committed bytes now (its footprint), for
+// FREEWAY_DECAY_MS after the last give that needed it. Each pass's evidence
+// raises the footprint once, so it grows only by what was given back and
+// faulted in again. A program that frees a generation of blocks and
+// allocates nothing shows no rise, and its pool is bounded as before; and
+// what any cycle leaves unused for FREEWAY_DECAY_MS goes back with the decay
+// all the same. The figures are samples (relaxed, unordered among gives): a
+// lost one costs a pass at worst.
+std::atomic<uint64_t> g_bound_gave{0};            // bytes the bound's last pass gave back, 0 once used
+std::atomic<uint64_t> g_bound_gave_at{0};         // ms
+std::atomic<uint64_t> g_committed_after_pass{0};  // g_committed when that pass ended
+std::atomic<uint64_t> g_footprint{0};             // bytes
+std::atomic<uint64_t> g_footprint_at{0};          // ms: the last give it held
+
+// The bound for a give at `now` that takes the retained bytes to `kept`:
+// retain_bound(), or the footprint of a cycle if that is more.
+uint64_t give_bound(uint64_t now, uint64_t kept, uint64_t delay) {
+  const uint64_t bound = retain_bound(now);
+  if (kept <= bound) return bound;
+  uint64_t footprint = 0;
+  if (now - g_footprint_at.load(std::memory_order_relaxed) <= delay) {
+    footprint = g_footprint.load(std::memory_order_relaxed);
+    if (kept <= footprint) {
+      g_footprint_at.store(now, std::memory_order_relaxed);
+      return footprint;
+    }
+  }
+  const uint64_t gave = g_bound_gave.load(std::memory_order_relaxed);
+  const uint64_t committed = g_committed.load(std::memory_order_relaxed);
+  if (gave != 0 && now - g_bound_gave_at.load(std::memory_order_relaxed) <= delay &&
+      committed >= g_committed_after_pass.load(std::memory_order_relaxed) + gave / 2 && kept <= committed) {
+    g_bound_gave.store(0, std::memory_order_relaxed);
+    g_footprint.store(committed, std::memory_order_relaxed);
+    g_footprint_at.store(now, std::memory_order_relaxed);
+    return committed;
+  }
+  return footprint > bound ? footprint : bound;
+}
+
 // One purge pass at a time (a pass that finds another running gives up).
 std::atomic<bool> g_purging{false};
 // The pass's spans not yet pushed back, as a chain through pool_next (take_all
@@ -395,17 +444,20 @@ std::atomic<uint32_t> g_purge_rest{kNoIndex};
 
 // Gives back the pages of every pooled span and run that came in with them
 // `delay` ms or more before `now`, and then, oldest first, of as many more as
-// it takes to give back `need` bytes in all. Pops what may hold pages (not
-// tier 0) and pushes it back. The caller holds g_purging.
-void purge(uint64_t now, uint64_t delay, uint64_t need) {
+// it takes to give back `need` bytes in all; returns the bytes it gave back.
+// Pops what may hold pages (not tier 0) and pushes it back. The caller holds
+// g_purging.
+uint64_t purge(uint64_t now, uint64_t delay, uint64_t need) {
+  uint64_t gave = 0;
   uint32_t chain = take_all(1, &g_purge_rest);  // tier 0 holds no pages
   // Ages by power of two (ms): bucket b holds ages in [2^(b-1), 2^b).
   constexpr unsigned kBuckets = 33;
   uint64_t in_bucket[kBuckets] = {};
   auto bucket = [](uint64_t age) { return age == 0 ? 0u : 32u - unsigned(__builtin_clz(uint32_t(age))); };
-  auto give_back = [&need](Span* s) {
+  auto give_back = [&need, &gave](Span* s) {
     uint64_t c = s->committed.load(std::memory_order_relaxed);
     need = need > c ? need - c : 0;
+    gave += c;
     decommit_span(s);
   };
   for (uint32_t i = chain; i != kNoIndex; i = span_at(i)->pool_next.load(std::memory_order_relaxed)) {
@@ -428,6 +480,7 @@ void purge(uint64_t now, uint64_t delay, uint64_t need) {
       give_back(s);
     push_free(s, s->run_len.load(std::memory_order_relaxed));
   }
+  return gave;
 }
 
 bool claim_purge() { return !g_purging.exchange(true, std::memory_order_acquire); }
@@ -677,15 +730,18 @@ static void give(Span* head, uint32_t len, bool large) {
   // give); if another pass is running, this one goes back instead.
   const uint64_t now = now_ms();
   set_pool_stamp(head, now);
-  const uint64_t bound = retain_bound(now), kept = g_retained.load(std::memory_order_relaxed) + c;
-  if (kept > bound && !claim_purge()) {
+  const uint64_t kept = g_retained.load(std::memory_order_relaxed) + c, bound = give_bound(now, kept, delay);
+  const bool over = kept > bound;
+  if (over && !claim_purge()) {
     decommit_span(head);
     push_free(head, len);
     return;
   }
   push_free(head, len);
-  if (kept > bound) {
-    purge(now, delay, kept - bound / 4 * 3);
+  if (over) {
+    g_bound_gave.store(purge(now, delay, kept - bound / 4 * 3), std::memory_order_relaxed);
+    g_bound_gave_at.store(now, std::memory_order_relaxed);
+    g_committed_after_pass.store(g_committed.load(std::memory_order_relaxed), std::memory_order_relaxed);
     end_purge();
     return;
   }
@@ -738,6 +794,10 @@ void pool_after_fork_child() {
 }
 
 void pool_collect() {
+  // A program that asks for its memory back asks for the bound too: the
+  // footprint of its last cycle no longer holds pages.
+  g_footprint.store(0, std::memory_order_relaxed);
+  g_bound_gave.store(0, std::memory_order_relaxed);
   // Take everything, decommit, push back (push_free overwrites pool_next, so
   // read the next link first).
   for (uint32_t i = take_all(); i != kNoIndex;) {

@@ -337,6 +337,49 @@ TEST_CASE("freed large blocks keep their pages for the next blocks, then go back
 // bump index (the first vspan never handed out).
 static uint32_t end_in_region(const Span* s, uint32_t len) { return span_index(s) % kVspansPerRegion + len; }
 // Where the fresh vspans of s's region start (its index within the region).
+// A cycle that touches more pages than it holds at any time: a buffer grown
+// by realloc a step at a time leaves a run behind at each size it outgrows.
+// Within the retain bound alone, the pool gave back part of those at every
+// cycle's end and the next cycle faulted them in again; once a cycle has
+// faulted back what the bound gave back, the pool keeps the cycle's footprint
+// (span_pool.cpp, give_bound), and the decay still gives it back once
+// the cycles stop.
+TEST_CASE("a buffer grown by realloc again and again stops faulting in what the retain bound gave back: the bound follows the cycle's footprint") {
+  fw_collect();
+  const size_t max = size_t(option(Option::retain_mb)) << 20;  // past the bound with what it leaves behind
+  constexpr size_t kStep = 256u << 10;
+  // One cycle; returns how far the committed bytes rose above where they were
+  // when it started (the pages it had to fault in).
+  auto cycle = [&] {
+    const uint64_t start = committed_bytes();
+    uint64_t peak = start;
+    char* buf = nullptr;
+    for (size_t n = kStep; n <= max; n += kStep) {
+      buf = static_cast<char*>(fw_realloc(buf, n));
+      REQUIRE(buf != nullptr);
+      memset(buf + n - kStep, 1, kStep);
+      if (committed_bytes() > peak) peak = committed_bytes();
+    }
+    fw_free(buf);
+    return peak - start;
+  };
+  const uint64_t first = cycle();
+  REQUIRE(first > max);  // the runs it outgrew and its own
+  const uint64_t second = cycle();
+  // The premise: the bound gave pages back at the first cycle's end, and
+  // the second faulted them in again.
+  REQUIRE(second > max / 8);
+  const uint64_t third = cycle();
+  CHECK(third < max / 32);  // the pool kept the second cycle's pages
+  CHECK(pool_retained_bytes() > max);
+  CHECK(pool_is_valid());
+  // Unused for longer than the delay: the pages go back all the same.
+  std::this_thread::sleep_for(std::chrono::milliseconds(option(Option::decay_ms) * 3 / 2));
+  void* p = fw_malloc(3 * max);  // a run the pool cannot give from what it kept
+  CHECK(pool_retained_bytes() < max / 8);
+  fw_free(p);
+}
+
 static uint32_t fresh_from(const Span* s) { return arena_vspans_used(span_index(s) / kVspansPerRegion); }
 
 TEST_CASE("a run with pages that ends where the region's fresh vspans start grows in place for a longer block") {
