@@ -94,9 +94,12 @@ void place_guard(Span* head, uint32_t n, uint64_t bytes) {
 }
 
 // The region is reserved at the block's alignment, so the block starts at the
-// region's base (offset 0) whatever the alignment.
-void* huge_alloc(size_t size, size_t align, bool zero) {
-  uint32_t r = arena_huge_reserve(size, align);
+// region's base (offset 0) whatever the alignment; and `room` bytes long if
+// that is more than size and can be had (large_alloc), so that realloc grows
+// the block in place (large_resize_in_place).
+void* huge_alloc(size_t size, size_t align, bool zero, size_t room) {
+  uint32_t r = room > size && !arena_capped() ? arena_huge_reserve(room, align) : kNoIndex;
+  if (r == kNoIndex) r = arena_huge_reserve(size, align);
   if (r == kNoIndex) return nullptr;
   Span* head = span_at(r * kVspansPerRegion);
   uintptr_t base = g_regions[r].base.load(std::memory_order_relaxed);
@@ -119,14 +122,14 @@ void* huge_alloc(size_t size, size_t align, bool zero) {
 
 }  // namespace
 
-void* large_alloc(size_t size, size_t align, bool zero) {
+void* large_alloc(size_t size, size_t align, bool zero, size_t room) {
   if (align < kMinAlign) align = kMinAlign;
   if (size == 0) size = 1;  // a unique block, as for malloc(0)
   size_t extra = align > kVspanSize ? align - kVspanSize : 0;
   size_t total = size + extra;
-  if (total < size || size > (size_t(1) << 47) || align > (size_t(1) << 47)) return nullptr;
+  if (total < size || size > (size_t(1) << 47) || align > (size_t(1) << 47) || room > (size_t(1) << 47)) return nullptr;
   if (!arena_init()) return nullptr;  // this may be the process's first allocation
-  if (total > kLargeMax) return huge_alloc(size, align, zero);
+  if (total > kLargeMax) return huge_alloc(size, align, zero, room);
   uint32_t need = uint32_t((total + kVspanSize - 1) >> kVspanShift);
   uint32_t n = need > 4 && !arena_capped() ? run_class(need) : need;
   Span* head = pool_take_run(n, round_up(total, os::page_size()));
@@ -228,20 +231,26 @@ void* large_block_start(const void* p, const Span* d) {
 
 bool large_resize_in_place(void* p, Span* d, size_t size) {
   Span* head = head_of(p, d);
-  if (head == nullptr || Anchor::unpack(head->anchor.load(std::memory_order_acquire)).state != kLarge)
-    return false;
+  if (head == nullptr) return false;
+  const uint32_t state = Anchor::unpack(head->anchor.load(std::memory_order_acquire)).state;
+  if (state != kLarge && state != kHuge) return false;
+  const bool huge = state == kHuge;
   uint64_t offset = head->offset.load(std::memory_order_relaxed);
-  uint64_t room = (uint64_t(head->run_len.load(std::memory_order_relaxed)) << kVspanShift) - offset;
+  // A huge block's room is its region's; a large block's, its run's.
+  uint64_t room = (huge ? g_regions[span_index(head) / kVspansPerRegion].size.load(std::memory_order_relaxed)
+                        : uint64_t(head->run_len.load(std::memory_order_relaxed)) << kVspanShift) -
+                  offset;
   uint64_t old = head->large_size.load(std::memory_order_relaxed);
-  if (size > room || size <= kSmallMax) return false;
+  if (size > room || size <= (huge ? kLargeMax : kSmallMax)) return false;
   uint64_t bytes = round_up(offset + size, os::page_size());
   // Shrinking below half the run would strand address space and commit: move instead.
   if (bytes - offset < room / 2 && size < old) return false;
   if (!span_commit(head, bytes)) return false;
   uint64_t usable = bytes - offset;
-  if (usable > old) place_guard(head, head->run_len.load(std::memory_order_relaxed), bytes);
+  if (usable > old && !huge) place_guard(head, head->run_len.load(std::memory_order_relaxed), bytes);
   if (usable < old) usable = old;  // committed pages stay usable
   head->large_size.store(usable, std::memory_order_relaxed);
+  if (huge) head->run_len.store(uint32_t((offset + usable) >> kVspanShift), std::memory_order_relaxed);
   g_live_bytes.fetch_add(usable - old, std::memory_order_relaxed);
   return true;
 }

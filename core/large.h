@@ -21,8 +21,12 @@
 namespace fw {
 
 // Returns a block of at least size bytes aligned to align (a power of two), or
-// nullptr (the caller sets errno). zero: the block must read as zeros.
-void* large_alloc(size_t size, size_t align, bool zero);
+// nullptr (the caller sets errno). zero: the block must read as zeros. room:
+// for a huge block, the bytes its region should reserve if more than size
+// (realloc's, so that the block grows in place; address space only, as only
+// the block's pages are committed), unless address space is capped or that
+// much cannot be had.
+void* large_alloc(size_t size, size_t align, bool zero, size_t room = 0);
 // Frees p, whose descriptor d is LARGE, LARGE_TAIL or HUGE; reports misuse
 // (bad or double free) and stops the process otherwise.
 void large_free(void* p, Span* d);

@@ -129,6 +129,35 @@ TEST_CASE("realloc grows a large block in place when its run has room") {
   fw_free(r);
 }
 
+TEST_CASE("realloc grows a huge block in place once it has moved to a region with room") {
+  // Past kLargeMax a block has a region of its own. One that realloc moves to
+  // grow gets a region with room to double (address space only), so the next
+  // steps grow in place instead of each taking a new region and copying the
+  // whole block.
+  const size_t n = kLargeMax + kVspanSize;
+  char* p = static_cast<char*>(fw_malloc(n));
+  REQUIRE(p != nullptr);
+  p[0] = 9;
+  p[n - 1] = 5;
+  char* q = static_cast<char*>(fw_realloc(p, n + kVspanSize));  // its region has no room: moves
+  REQUIRE(q != nullptr);
+  size_t m = n + kVspanSize;
+  for (size_t step = 0; step < 8; step++) {
+    m += n / 8;
+    char* r = static_cast<char*>(fw_realloc(q, m));
+    REQUIRE(r != nullptr);
+    CHECK(r == q);
+    q = r;
+    q[m - 1] = 3;
+  }
+  CHECK(m <= 2 * (n + kVspanSize));
+  CHECK(fw_usable_size(q) >= m);
+  CHECK(q[0] == 9);
+  CHECK(q[n - 1] == 5);
+  CHECK(q[m - 1] == 3);
+  fw_free(q);
+}
+
 TEST_CASE("a block of more than 4 vspans takes a run of its class (2^k or 1.5 * 2^k vspans), and the exact length "
           "under RLIMIT_AS") {
   auto run_of = [](size_t vspans) {  // run length taken by a block just over `vspans` vspans
