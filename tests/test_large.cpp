@@ -158,6 +158,41 @@ TEST_CASE("realloc grows a huge block in place once it has moved to a region wit
   fw_free(q);
 }
 
+TEST_CASE("under RLIMIT_AS a huge block that realloc moves takes a region of its exact size when one with room "
+          "cannot be had") {
+  struct rlimit as;
+  REQUIRE(getrlimit(RLIMIT_AS, &as) == 0);
+  if (as.rlim_cur != RLIM_INFINITY) {
+    MESSAGE("an address-space limit is set (ulimit -v): not run");
+    return;
+  }
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    // Room for the block and its exact move (257 + 300 MiB), not for a
+    // region with room to double (600 MiB) beside it.
+    unsigned long pages = 0;
+    FILE* f = std::fopen("/proc/self/statm", "r");
+    if (f == nullptr || std::fscanf(f, "%lu", &pages) != 1) _exit(5);
+    std::fclose(f);
+    rlim_t limit = rlim_t(pages) * rlim_t(sysconf(_SC_PAGESIZE)) + (rlim_t(768) << 20);
+    struct rlimit cap = {limit, limit};
+    if (setrlimit(RLIMIT_AS, &cap) != 0) _exit(2);
+    const size_t n = kLargeMax + (1u << 20), m = 300u << 20;
+    char* p = static_cast<char*>(fw_malloc(n));
+    if (p == nullptr) _exit(3);
+    p[0] = 1;
+    p[n - 1] = 2;
+    char* q = static_cast<char*>(fw_realloc(p, m));
+    if (q == nullptr) _exit(4);
+    _exit(q[0] == 1 && q[n - 1] == 2 && fw_usable_size(q) >= m ? 0 : 6);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
 TEST_CASE("a block of more than 4 vspans takes a run of its class (2^k or 1.5 * 2^k vspans), and the exact length "
           "under RLIMIT_AS") {
   auto run_of = [](size_t vspans) {  // run length taken by a block just over `vspans` vspans
