@@ -386,10 +386,10 @@ uint64_t retain_bound(uint64_t now) {
 // The bound raised to a cycle's footprint. A program that runs the same cycle
 // again and again (a buffer grown by realloc, then freed; a batch of blocks
 // built and dropped) can touch more pages in a cycle than it ever has in use
-// at once: the runs a growing buffer leaves behind hold about twice its final
-// size. Bounded by retain_bound() alone, the pool gave back, at each cycle's
-// end, pages the next cycle faulted in again (a buffer grown to 16 MiB in
-// 64 KiB steps: 3,700 faults a cycle). So a give past that bound asks whether
+// at once: the runs a growing buffer leaves behind hold more than its final
+// size (grown to 16 MiB in 64 KiB steps, 35.8 MiB in all). Bounded by
+// retain_bound() alone, the pool gave back, at each cycle's end, pages the
+// next cycle faulted in again (3,700 faults a cycle there). So a give past that bound asks whether
 // the bound's last pass was faulted back: if the heap has committed at least
 // half of what that pass gave back since (g_committed rose from where the
 // pass left it), within FREEWAY_DECAY_MS of it, the pages are a cycle's, and
