@@ -158,43 +158,70 @@ TEST_CASE("realloc grows a huge block in place once it has moved to a region wit
   fw_free(q);
 }
 
-TEST_CASE("under RLIMIT_AS a huge block that realloc moves takes a region of its exact size when one with room "
-          "cannot be had") {
+// Runs `body` in a child process whose address space is capped (RLIMIT_AS)
+// at `extra` bytes above what it already maps (sanitizers map terabytes),
+// and checks that it exits with 0. `body` returns the child's exit status.
+// False, with a message, if a limit is already set and the case cannot run.
+template <typename Body>
+static bool in_capped_child(rlim_t extra, Body body) {
   struct rlimit as;
   REQUIRE(getrlimit(RLIMIT_AS, &as) == 0);
   if (as.rlim_cur != RLIM_INFINITY) {
     MESSAGE("an address-space limit is set (ulimit -v): not run");
-    return;
+    return false;
   }
   pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    // Room for the block and its exact move (257 + 300 MiB), not for a
-    // region with room to double (600 MiB) beside it.
     unsigned long pages = 0;
     FILE* f = std::fopen("/proc/self/statm", "r");
     if (f == nullptr || std::fscanf(f, "%lu", &pages) != 1) _exit(5);
     std::fclose(f);
-    rlim_t limit = rlim_t(pages) * rlim_t(sysconf(_SC_PAGESIZE)) + (rlim_t(768) << 20);
+    rlim_t limit = rlim_t(pages) * rlim_t(sysconf(_SC_PAGESIZE)) + extra;
     struct rlimit cap = {limit, limit};
     if (setrlimit(RLIMIT_AS, &cap) != 0) _exit(2);
-    const size_t n = kLargeMax + (1u << 20), m = 300u << 20;
-    char* p = static_cast<char*>(fw_malloc(n));
-    if (p == nullptr) _exit(3);
-    p[0] = 1;
-    p[n - 1] = 2;
-    char* q = static_cast<char*>(fw_realloc(p, m));
-    if (q == nullptr) _exit(4);
-    _exit(q[0] == 1 && q[n - 1] == 2 && fw_usable_size(q) >= m ? 0 : 6);
+    _exit(body());
   }
   int status = 0;
   REQUIRE(waitpid(pid, &status, 0) == pid);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+  return true;
+}
+
+TEST_CASE("under RLIMIT_AS a huge block that realloc moves takes a region of its exact size when one with room "
+          "cannot be had") {
+  // Room for the block and its exact move (257 + 300 MiB), not for a region
+  // with room to double (600 MiB) beside it.
+  in_capped_child(rlim_t(768) << 20, [] {
+    const size_t n = kLargeMax + (1u << 20), m = 300u << 20;
+    char* p = static_cast<char*>(fw_malloc(n));
+    if (p == nullptr) return 3;
+    p[0] = 1;
+    p[n - 1] = 2;
+    char* q = static_cast<char*>(fw_realloc(p, m));
+    if (q == nullptr) return 4;
+    return q[0] == 1 && q[n - 1] == 2 && fw_usable_size(q) >= m ? 0 : 6;
+  });
 }
 
 TEST_CASE("a block of more than 4 vspans takes a run of its class (2^k or 1.5 * 2^k vspans), and the exact length "
           "under RLIMIT_AS") {
+  // Under a cap the rounding would spend the program's address space: exact,
+  // once the arena has seen the cap (it looks when it reserves room for runs).
+  const bool ran = in_capped_child(rlim_t(1) << 30, [] {
+    // Blocks of the longest large length until the arena reserves more (the
+    // runs this process already has free go first).
+    void* big[4] = {};
+    const uint64_t reserved = arena_reserved_bytes();
+    for (int i = 0; i < 4 && arena_reserved_bytes() == reserved; i++)
+      if ((big[i] = fw_malloc(kLargeMax)) == nullptr) return 6;
+    if (arena_reserved_bytes() == reserved) return 7;
+    void* p = fw_malloc(8 * kVspanSize + 1);
+    if (p == nullptr) return 3;
+    return span_of(p)->run_len.load(std::memory_order_relaxed) == 9 ? 0 : 4;
+  });
+  if (!ran) return;  // run under a cap: classes are off
   auto run_of = [](size_t vspans) {  // run length taken by a block just over `vspans` vspans
     void* p = fw_malloc(vspans * kVspanSize + 1);
     REQUIRE(p != nullptr);
@@ -202,46 +229,12 @@ TEST_CASE("a block of more than 4 vspans takes a run of its class (2^k or 1.5 * 
     fw_free(p);
     return len;
   };
-  struct rlimit as;
-  REQUIRE(getrlimit(RLIMIT_AS, &as) == 0);
-  if (as.rlim_cur != RLIM_INFINITY) {
-    MESSAGE("an address-space limit is set (ulimit -v): not run");
-    return;
-  }  // run under a cap: classes are off
   CHECK(run_of(3) == 4);
   CHECK(run_of(4) == 6);    // 5 vspans
   CHECK(run_of(8) == 12);   // 9
   CHECK(run_of(12) == 16);  // 13
   CHECK(run_of(40) == 48);  // 41
   CHECK(run_of(48) == 64);  // 49
-  // Under a cap the rounding would spend the program's address space: exact,
-  // once the arena has seen the cap (it looks when it reserves room for runs).
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    // A cap above what the process already maps (sanitizers map terabytes).
-    unsigned long pages = 0;
-    FILE* f = std::fopen("/proc/self/statm", "r");
-    if (f == nullptr || std::fscanf(f, "%lu", &pages) != 1) _exit(5);
-    std::fclose(f);
-    rlim_t limit = rlim_t(pages) * rlim_t(sysconf(_SC_PAGESIZE)) + (rlim_t(1) << 30);
-    struct rlimit cap = {limit, limit};
-    if (setrlimit(RLIMIT_AS, &cap) != 0) _exit(2);
-    // Blocks of the longest large length until the arena reserves more (the
-    // runs this process already has free go first).
-    void* big[4] = {};
-    const uint64_t reserved = arena_reserved_bytes();
-    for (int i = 0; i < 4 && arena_reserved_bytes() == reserved; i++)
-      if ((big[i] = fw_malloc(kLargeMax)) == nullptr) _exit(6);
-    if (arena_reserved_bytes() == reserved) _exit(7);
-    void* p = fw_malloc(8 * kVspanSize + 1);
-    if (p == nullptr) _exit(3);
-    _exit(span_of(p)->run_len.load(std::memory_order_relaxed) == 9 ? 0 : 4);
-  }
-  int status = 0;
-  REQUIRE(waitpid(pid, &status, 0) == pid);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
 }
 
 // Sets `linked` on s, as if s were still in a reusable stack from an earlier
