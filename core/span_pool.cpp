@@ -385,22 +385,22 @@ uint64_t retain_bound(uint64_t now) {
 
 // The bound raised to a cycle's footprint. A program that runs the same cycle
 // again and again (a buffer grown by realloc, then freed; a batch of blocks
-// built and dropped) can touch more pages in a cycle than it ever has in use
-// at once: the runs a growing buffer leaves behind hold more than its final
-// size (grown to 16 MiB in 64 KiB steps, 35.8 MiB in all). Bounded by
-// retain_bound() alone, the pool gave back, at each cycle's end, pages the
-// next cycle faulted in again (3,700 faults a cycle there). So a give past that bound asks whether
+// built and dropped) can touch more pages in a cycle than it ever has in use at
+// once: the runs a growing buffer leaves behind hold more than its final size
+// (grown to 16 MiB in 64 KiB steps, 35.8 MiB in all). Bounded by retain_bound()
+// alone, the pool gave back, at each cycle's end, pages the next cycle faulted
+// in again (3,700 faults a cycle there). So a give past that bound asks whether
 // the bound's last pass was faulted back: if the heap has committed at least
-// half of what that pass gave back since (g_committed rose from where the
-// pass left it), within FREEWAY_DECAY_MS of it, the pages are a cycle's, and
-// the bound becomes the heap's committed bytes now (its footprint), for
+// half of what that pass gave back since (g_committed rose from where the pass
+// left it), within FREEWAY_DECAY_MS of it, the pages are a cycle's, and the
+// bound becomes the heap's committed bytes now (its footprint), for
 // FREEWAY_DECAY_MS after the last give that needed it. Each pass's evidence
-// raises the footprint once, so it grows only by what was given back and
-// faulted in again. A program that frees a generation of blocks and
-// allocates nothing shows no rise, and its pool is bounded as before; and
-// what any cycle leaves unused for FREEWAY_DECAY_MS goes back with the decay
-// all the same. The figures are samples (relaxed, unordered among gives): a
-// lost one costs a pass at worst.
+// raises the footprint once: every raise needs a pass that the program then
+// faulted back. A program that frees a generation of blocks and allocates
+// nothing shows no rise, and its pool is bounded as before; and what any cycle
+// leaves unused for FREEWAY_DECAY_MS goes back with the decay all the same. The
+// figures are samples (relaxed, unordered among gives): a lost one costs a pass
+// at worst.
 std::atomic<uint64_t> g_bound_gave{0};            // bytes the bound's last pass gave back, 0 once used
 std::atomic<uint64_t> g_bound_gave_at{0};         // ms
 std::atomic<uint64_t> g_committed_after_pass{0};  // g_committed when that pass ended

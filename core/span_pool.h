@@ -19,15 +19,16 @@
 // in use can do neither, and its pages serve small blocks.
 //
 // Commit policy (decay): a span or run keeps what it had committed when it
-// enters the pool, so reuse costs no page faults, stamped with the time it
-// came in; a purge pass gives back the pages of what has waited longer than
+// enters the pool, so reuse costs no page faults, stamped with the time it came
+// in; a purge pass gives back the pages of what has waited longer than
 // FREEWAY_DECAY_MS. The retained bytes stay within max(FREEWAY_RETAIN_MB, the
 // most bytes committed in use within that delay): a give that would pass that
 // gives back the oldest first (span_pool.cpp), unless the program faulted back
 // what the last such pass gave back: then a cycle touches more than it holds,
 // and the bound is the heap's committed bytes (its footprint) while gives need
-// it, for that delay after the last (span_pool.cpp, give_bound). Runs with pages (warm) and
-// without (clean) sit apart, and a take for a block tries the warm ones first.
+// it, for that delay after the last (span_pool.cpp, give_bound). Runs with
+// pages (warm) and without (clean) sit apart, and a take for a block tries the
+// warm ones first.
 //
 // Merging and growing in place. A take for a run with pages that finds none
 // long enough merges the pool (coalesce: every free piece joined to its free

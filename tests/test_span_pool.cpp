@@ -333,10 +333,6 @@ TEST_CASE("freed large blocks keep their pages for the next blocks, then go back
   fw_free(p);
 }
 
-// A run's place in its arena region: the index just past it, and the region's
-// bump index (the first vspan never handed out).
-static uint32_t end_in_region(const Span* s, uint32_t len) { return span_index(s) % kVspansPerRegion + len; }
-// Where the fresh vspans of s's region start (its index within the region).
 // A cycle that touches more pages than it holds at any time: a buffer grown
 // by realloc a step at a time leaves a run behind at each size it outgrows.
 // Within the retain bound alone, the pool gave back part of those at every
@@ -380,6 +376,10 @@ TEST_CASE("a buffer grown by realloc again and again stops faulting in what the 
   fw_free(p);
 }
 
+// A run's place in its arena region: the index just past it, and the region's
+// bump index (the first vspan never handed out).
+static uint32_t end_in_region(const Span* s, uint32_t len) { return span_index(s) % kVspansPerRegion + len; }
+// Where the fresh vspans of s's region start (its index within the region).
 static uint32_t fresh_from(const Span* s) { return arena_vspans_used(span_index(s) / kVspansPerRegion); }
 
 TEST_CASE("a run with pages that ends where the region's fresh vspans start grows in place for a longer block") {
