@@ -413,10 +413,11 @@ uint64_t give_bound(uint64_t now, uint64_t kept, uint64_t delay) {
   const uint64_t bound = retain_bound(now);
   if (kept <= bound) return bound;
   uint64_t footprint = 0;
-  if (now - g_footprint_at.load(std::memory_order_relaxed) <= delay) {
+  const uint64_t at = g_footprint_at.load(std::memory_order_relaxed);
+  if (now - at <= delay) {
     footprint = g_footprint.load(std::memory_order_relaxed);
     if (kept <= footprint) {
-      g_footprint_at.store(now, std::memory_order_relaxed);
+      if (at != now) g_footprint_at.store(now, std::memory_order_relaxed);  // a store per clock tick at most
       return footprint;
     }
   }
