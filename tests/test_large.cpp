@@ -158,30 +158,43 @@ TEST_CASE("realloc grows a huge block in place once it has moved to a region wit
   fw_free(q);
 }
 
-// Runs `body` in a child process whose address space is capped (RLIMIT_AS)
-// at `extra` bytes above what it already maps (sanitizers map terabytes),
-// and checks that it exits with 0. `body` returns the child's exit status.
-// False, with a message, if a limit is already set and the case cannot run.
-template <typename Body>
-static bool in_capped_child(rlim_t extra, Body body) {
+// Bytes this process maps now (/proc/self/statm), 0 if it cannot tell.
+static rlim_t mapped_bytes() {
+  unsigned long pages = 0;
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  if (std::fscanf(f, "%lu", &pages) != 1) pages = 0;
+  std::fclose(f);
+  return rlim_t(pages) * rlim_t(sysconf(_SC_PAGESIZE));
+}
+
+// Caps this process's address space (RLIMIT_AS) at `extra` bytes above what
+// it maps now (sanitizers map terabytes); false if it cannot.
+static bool cap_address_space(rlim_t extra) {
+  const rlim_t now = mapped_bytes();
+  if (now == 0) return false;
+  struct rlimit cap = {now + extra, now + extra};
+  return setrlimit(RLIMIT_AS, &cap) == 0;
+}
+
+// Whether no address-space limit is set; if one is (ulimit -v), a case that
+// caps its child's address space cannot run, and says so.
+static bool address_space_unlimited() {
   struct rlimit as;
   REQUIRE(getrlimit(RLIMIT_AS, &as) == 0);
-  if (as.rlim_cur != RLIM_INFINITY) {
-    MESSAGE("an address-space limit is set (ulimit -v): not run");
-    return false;
-  }
+  if (as.rlim_cur == RLIM_INFINITY) return true;
+  MESSAGE("an address-space limit is set (ulimit -v): not run");
+  return false;
+}
+
+// Runs `body` in a child process and checks that it exits with 0; `body`
+// returns the child's exit status. False if an address-space limit is set.
+template <typename Body>
+static bool in_uncapped_child(Body body) {
+  if (!address_space_unlimited()) return false;
   pid_t pid = fork();
   REQUIRE(pid >= 0);
-  if (pid == 0) {
-    unsigned long pages = 0;
-    FILE* f = std::fopen("/proc/self/statm", "r");
-    if (f == nullptr || std::fscanf(f, "%lu", &pages) != 1) _exit(5);
-    std::fclose(f);
-    rlim_t limit = rlim_t(pages) * rlim_t(sysconf(_SC_PAGESIZE)) + extra;
-    struct rlimit cap = {limit, limit};
-    if (setrlimit(RLIMIT_AS, &cap) != 0) _exit(2);
-    _exit(body());
-  }
+  if (pid == 0) _exit(body());
   int status = 0;
   REQUIRE(waitpid(pid, &status, 0) == pid);
   CHECK(WIFEXITED(status));
@@ -191,12 +204,20 @@ static bool in_capped_child(rlim_t extra, Body body) {
 
 TEST_CASE("under RLIMIT_AS a huge block that realloc moves takes a region of its exact size when one with room "
           "cannot be had") {
-  // Room for the block and its exact move (257 + 300 MiB), not for a region
-  // with room to double (600 MiB) beside it.
-  in_capped_child(rlim_t(768) << 20, [] {
-    const size_t n = kLargeMax + (1u << 20), m = 300u << 20;
+  in_uncapped_child([] {
+    const size_t n = kLargeMax + (1u << 20), m = kRegionSize + kRegionSize / 2;
+    const rlim_t before = mapped_bytes();
     char* p = static_cast<char*>(fw_malloc(n));
     if (p == nullptr) return 3;
+    // What a region of n bytes costs this process in address space (more than
+    // n under ThreadSanitizer, which maps its own shadow beside each mapping).
+    const rlim_t cost = mapped_bytes() - before;
+    if (before == 0 || cost < n) return 5;
+    // Room for the exact move, even where its region must be placed by
+    // reserving m + kRegionSize and trimming it to an aligned m (at the same
+    // cost per byte, and a tenth more), but not for a region with room to
+    // double (2 m: more than that, since m is more than kRegionSize).
+    if (!cap_address_space(cost * (m + kRegionSize) / n * 11 / 10)) return 2;
     p[0] = 1;
     p[n - 1] = 2;
     char* q = static_cast<char*>(fw_realloc(p, m));
@@ -207,9 +228,24 @@ TEST_CASE("under RLIMIT_AS a huge block that realloc moves takes a region of its
 
 TEST_CASE("a block of more than 4 vspans takes a run of its class (2^k or 1.5 * 2^k vspans), and the exact length "
           "under RLIMIT_AS") {
+  auto run_of = [](size_t vspans) {  // run length taken by a block just over `vspans` vspans
+    void* p = fw_malloc(vspans * kVspanSize + 1);
+    REQUIRE(p != nullptr);
+    uint32_t len = span_of(p)->run_len.load(std::memory_order_relaxed);
+    fw_free(p);
+    return len;
+  };
+  if (!address_space_unlimited()) return;  // run under a cap: classes are off
+  CHECK(run_of(3) == 4);
+  CHECK(run_of(4) == 6);    // 5 vspans
+  CHECK(run_of(8) == 12);   // 9
+  CHECK(run_of(12) == 16);  // 13
+  CHECK(run_of(40) == 48);  // 41
+  CHECK(run_of(48) == 64);  // 49
   // Under a cap the rounding would spend the program's address space: exact,
   // once the arena has seen the cap (it looks when it reserves room for runs).
-  const bool ran = in_capped_child(rlim_t(1) << 30, [] {
+  in_uncapped_child([] {
+    if (!cap_address_space(rlim_t(1) << 30)) return 2;
     // Blocks of the longest large length until the arena reserves more (the
     // runs this process already has free go first).
     void* big[4] = {};
@@ -221,20 +257,6 @@ TEST_CASE("a block of more than 4 vspans takes a run of its class (2^k or 1.5 * 
     if (p == nullptr) return 3;
     return span_of(p)->run_len.load(std::memory_order_relaxed) == 9 ? 0 : 4;
   });
-  if (!ran) return;  // run under a cap: classes are off
-  auto run_of = [](size_t vspans) {  // run length taken by a block just over `vspans` vspans
-    void* p = fw_malloc(vspans * kVspanSize + 1);
-    REQUIRE(p != nullptr);
-    uint32_t len = span_of(p)->run_len.load(std::memory_order_relaxed);
-    fw_free(p);
-    return len;
-  };
-  CHECK(run_of(3) == 4);
-  CHECK(run_of(4) == 6);    // 5 vspans
-  CHECK(run_of(8) == 12);   // 9
-  CHECK(run_of(12) == 16);  // 13
-  CHECK(run_of(40) == 48);  // 41
-  CHECK(run_of(48) == 64);  // 49
 }
 
 // Sets `linked` on s, as if s were still in a reusable stack from an earlier
