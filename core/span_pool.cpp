@@ -616,7 +616,6 @@ Span* pool_take_span(uint64_t want) {
   return split_span_off(kFrontierBigRuns, want, false);
 }
 
-
 // A run of at least n >= 2 spans from frontier f's run set w, split to n;
 // nullptr if none.
 static Span* take_run_from(unsigned f, unsigned w, uint32_t n, uint64_t want, bool spare = false) {
