@@ -373,34 +373,34 @@ void release_empty_kept(Lab* lab) {
 }
 
 // hot[c] has no block left: makes a kept span with free blocks hot[c], keeping
-// the old hot span in its place. It reads at most kKeptLook kept spans'
-// descriptors, from where its last look stopped (kept_look[c]), and takes the
-// one with the most free blocks among them. With up to kKeptLook kept spans
-// that is the best of all; with more, the spans are read in turn, so the ones
-// passed over longest, which have gathered the most frees, come first, and a
-// switch costs kKeptLook reads even while every kept span is full (a growing
-// heap, where reading all of them cost up to 256 reads a span). False (nothing
-// changed) when none of the spans read has a free block: the thread then takes
-// a span from the shared stacks while a kept span it did not read may have
-// some, which its next switches reach (kept spans count in full in the bound).
+// the old hot span in its place. It reads the kept spans in turn, from where
+// the last switch stopped (kept_look[c]), and takes the first with a free
+// block: the span passed over longest, which has gathered the most of the
+// thread's frees when they fall evenly on its spans, as a server's random
+// replacements do. So a switch reads one or two descriptors, not every kept
+// span (reading 16 to take the best was 16 of larson-bigheap's 155
+// instructions a pair, one thread; docs/benchmarks.md, Stop 50), and a span
+// with many free blocks further on is reached within as many switches as
+// spans lie before it, each taking at least one block. It reads at most
+// kKeptLook: false (nothing changed) when none of them has a free block, so a
+// switch costs kKeptLook reads while every kept span is full (a growing heap,
+// where reading all of them cost up to 256 reads a span). The thread then
+// takes a span from the shared stacks while a kept span it did not read may
+// have some, which its next switches reach (kept spans count in full in the
+// bound).
 bool kept_switch(Lab* lab, unsigned c) {
   const unsigned n = lab->kept_n[c];
   const unsigned reads = n < kKeptLook ? n : kKeptLook;
   unsigned i = lab->kept_look[c] < n ? unsigned(lab->kept_look[c]) : 0u;
-  unsigned best = n;
-  uint32_t most = 0;
-  for (unsigned r = 0; r < reads; r++) {
-    const uint32_t f = kept_free_count(lab->kept_at(c, i));
-    if (f > most) {
-      most = f;
-      best = i;
-    }
+  unsigned found = n;
+  for (unsigned r = 0; r < reads && found == n; r++) {
+    if (kept_free_count(lab->kept_at(c, i)) != 0) found = i;
     i = i + 1 == n ? 0 : i + 1;
   }
   lab->kept_look[c] = uint16_t(i);
-  if (best == n) return false;
-  Span* s = lab->kept_at(c, best);
-  lab->kept_at(c, best) = lab->hot[c];  // exhausted: free[c] and its own list are empty (lab_refill)
+  if (found == n) return false;
+  Span* s = lab->kept_at(c, found);
+  lab->kept_at(c, found) = lab->hot[c];  // exhausted: free[c] and its own list are empty (lab_refill)
   lab->hot[c] = s;
   lab->free[c] = own_take(lab, s, c);  // empty if its free blocks are remote: collected next
   return true;
@@ -619,7 +619,9 @@ void* lab_refill(Lab* lab, unsigned c) {
     if (Span* s = lab->hot[c]) {
       if ((lab->free[c] = own_take(lab, s, c)) != nullptr) continue;  // the blocks its holder freed
       if ((lab->free[c] = span_collect(s)) != nullptr) continue;
-      if (void* p = span_carve_take(s, &lab->free[c])) return handed_out(lab, c, p);
+      if (span_has_uncarved(s)) {
+        if (void* p = span_carve_take(s, &lab->free[c])) return handed_out(lab, c, p);
+      }
       // s has no block left to give.
       if (keeps_spans(lab)) {
         if (kept_switch(lab, c)) continue;

@@ -136,9 +136,9 @@ constexpr unsigned kKeptSpans = kKeptBytes / (64u * 1024);
 // (2 KiB) for every class it uses.
 constexpr unsigned kKeptGroup = 8;
 static_assert(kKeptSpans % kKeptGroup == 0 && kKeptSpans <= 65535, "kept_n and kept_look are 16 bits");
-// Kept spans whose descriptors one kept_switch reads (the best of them is
-// taken), and that one release_empty_kept looks at: with 16 or fewer kept
-// spans in a class, every one.
+// Kept spans whose descriptors one kept_switch reads at most (it takes the
+// first with a free block), and that one release_empty_kept looks at: with 16
+// or fewer kept spans in a class, every one.
 constexpr unsigned kKeptLook = 16;
 
 // Blocks freed into one span this LAB does not own, not yet given to it:

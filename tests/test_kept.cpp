@@ -114,44 +114,61 @@ TEST_CASE("a span the thread filled stays its own, and its frees into it are loc
   CHECK(fw_check_heap() == 0);
 }
 
-TEST_CASE("when the hot span runs out, the kept span with the most free blocks becomes hot") {
+TEST_CASE("when the hot span runs out, the next kept span in turn with a free block becomes hot, and the next switch "
+          "goes on from there") {
+  fw_collect();  // no LAB parked with kept spans for this thread to take
   std::thread([] {
+    const unsigned c = class_of(kSize);
     std::vector<Span*> spans;
     std::vector<void*> v = fill_spans(4, &spans);
     REQUIRE(spans.size() >= 4);
-    // Span 1 gets 10 blocks back, span 2 gets 50.
-    std::vector<void*> one = blocks_of(v, spans[0]), two = blocks_of(v, spans[1]);
+    REQUIRE(kept_count() == 3);
+    // The kept spans in the order the next switch reads them (from kept_look,
+    // which a LAB bound before keeps).
+    const Lab* lab = lab_current();
+    const unsigned at = lab->kept_look[c] < 3 ? lab->kept_look[c] : 0u;
+    Span* full = lab->kept_at(c, at);
+    Span* few = lab->kept_at(c, (at + 1) % 3);
+    Span* many = lab->kept_at(c, (at + 2) % 3);
+    // One stays full, the next gets 10 blocks back, the last 50: the first
+    // switch reads the full one, then takes the one with 10, though the last
+    // has more.
+    std::vector<void*> one = blocks_of(v, few), two = blocks_of(v, many);
     for (int i = 0; i < 10; i++) fw_free(one[i]);
     for (int i = 0; i < 50; i++) fw_free(two[i]);
-    // Use up the hot span; the next blocks come from span 2, then span 1.
-    Span* hot = lab_current()->hot[class_of(kSize)];
+    Span* hot = lab->hot[c];
     std::vector<void*> more;
-    while (lab_current()->hot[class_of(kSize)] == hot) more.push_back(fw_malloc(kSize));
-    CHECK(span_of(more.back()) == spans[1]);
-    CHECK(lab_current()->hot[class_of(kSize)] == spans[1]);
+    while (lab->hot[c] == hot) more.push_back(fw_malloc(kSize));
+    CHECK(span_of(more.back()) == few);
+    CHECK(lab->hot[c] == few);
     CHECK(state_of(hot) == kHot);  // kept, not floated
-    for (int i = 0; i < 49; i++) more.push_back(fw_malloc(kSize));
+    CHECK(is_kept(hot, c));
+    CHECK(is_kept(full, c));
+    // The other 9 blocks, then the next switch starts past the one it took.
+    for (int i = 0; i < 9; i++) more.push_back(fw_malloc(kSize));
     void* next = fw_malloc(kSize);
-    CHECK(span_of(next) == spans[0]);
     more.push_back(next);
+    CHECK(span_of(next) == many);
+    CHECK(lab->hot[c] == many);
     CHECK(fw_check_heap() == 0);
     for (void* p : more) fw_free(p);
     for (size_t i = 10; i < one.size(); i++) fw_free(one[i]);
     for (size_t i = 50; i < two.size(); i++) fw_free(two[i]);
     for (void* p : v)
-      if (span_of(p) != spans[0] && span_of(p) != spans[1]) fw_free(p);
+      if (span_of(p) != few && span_of(p) != many) fw_free(p);
     CHECK(fw_check_heap() == 0);
   }).join();
 }
 
 TEST_CASE("a kept span whose last block in use is freed stays kept, and the thread's next blocks of its class "
           "come off its own list, with no carving") {
+  fw_collect();  // no LAB parked with kept spans for this thread to take
   std::thread([] {
     std::vector<void*> v;
     Span* first = empty_first_of_three(&v);
     const uint32_t carved = first->carved.load();
     CHECK(local_of(first) == carved);
-    // Use up the hot span: the emptied span is the one with the most free blocks.
+    // Use up the hot span: the emptied span is the only kept span with free blocks.
     const unsigned c = class_of(kSize);
     Span* hot = lab_current()->hot[c];
     std::vector<void*> more;
