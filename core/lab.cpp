@@ -378,7 +378,7 @@ void release_empty_kept(Lab* lab) {
 // block: the span passed over longest, which has gathered the most of the
 // thread's frees when they fall evenly on its spans, as a server's random
 // replacements do. So a switch reads one or two descriptors, not every kept
-// span (reading 16 to take the best was 16 of larson-bigheap's 155
+// span (reading 16 to take the best was 16 of larson-bigheap's 153
 // instructions a pair, one thread; docs/benchmarks.md, Stop 50), and a span
 // with many free blocks further on is reached within as many switches as
 // spans lie before it, each taking at least one block. It reads at most
