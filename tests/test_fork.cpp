@@ -224,8 +224,15 @@ TEST_CASE("fork from a process whose threads are busy in malloc/free under a sig
   uint64_t forks = 0, ok = 0, failed = 0, killed = 0, exit_calls = 0;
   uint64_t child_ns_max = 0, child_ns_sum = 0;
   const uint64_t limit_ns = 20000000000ull;  // a child gets 20 s
+  // At least kMinForks forks, however long the soak: on a busy machine (ctest
+  // -j2 beside other tests) a child took 0.44-0.66 s and 10 s gave 16-23. The
+  // forks go on past `seconds` until there are kMinForks, up to 6 x seconds,
+  // after which the check below fails: children that slow are a finding.
+  const uint64_t kMinForks = 30;
   uint64_t t0 = now_ns();
-  while (double(now_ns() - t0) / 1e9 < seconds) {
+  for (;;) {
+    const double el = double(now_ns() - t0) / 1e9;
+    if ((el >= seconds && forks >= kMinForks) || el >= 6 * seconds) break;
     g_main_progress.fetch_add(1);
     std::fflush(nullptr);
     uint64_t f0 = now_ns();
@@ -285,7 +292,7 @@ TEST_CASE("fork from a process whose threads are busy in malloc/free under a sig
               (unsigned long long)g_handled.load(), (unsigned long long)g_errors.load(), heap);
   std::fflush(stdout);
 
-  CHECK(forks >= 30);
+  CHECK(forks >= kMinForks);
   CHECK(ok == forks);
   CHECK(failed == 0);
   CHECK(killed == 0);
