@@ -69,7 +69,7 @@ windows: deps-win
 # whole run: started before ctest, to stay 60 s after its last client (wine's
 # default is 3 s), and stopped after it. A test once failed at its start with
 # "wine client error:0: recvmsg: Connection reset by peer" (Stop 51's CI),
-# which is what a client meets when it connects to a server on its way out.
+# most likely a client that connected to a server on its way out.
 WINE_ENV = WINEPREFIX=$(abspath $(BUILD_WIN))/wineprefix WINEDEBUG=-all DISPLAY=
 WINESERVER = $$(dirname $$(grep '^FW_WINE:' $(abspath $(BUILD_WIN))/CMakeCache.txt | cut -d= -f2))/wineserver
 test-windows: windows
