@@ -65,22 +65,14 @@ windows: deps-win
 	cmake -S . -B $(BUILD_WIN) -DCMAKE_TOOLCHAIN_FILE=cmake/mingw-w64-x86_64.cmake -DCMAKE_BUILD_TYPE=Release -DFREEWAY_TESTS=ON
 	cmake --build $(BUILD_WIN) -j $(JOBS)
 
-# The Windows test suite, run under wine by ctest. One wineserver serves the
-# whole run: started before ctest, to stay 60 s after its last client (wine's
-# default is 3 s), and stopped after it. A test once failed at its start with
-# "wine client error:0: recvmsg: Connection reset by peer" (Stop 51's CI),
-# most likely a client that connected to a server on its way out.
-WINE_ENV = WINEPREFIX=$(abspath $(BUILD_WIN))/wineprefix WINEDEBUG=-all DISPLAY=
-WINESERVER = $$(dirname $$(grep '^FW_WINE:' $(abspath $(BUILD_WIN))/CMakeCache.txt | cut -d= -f2))/wineserver
+# The Windows test suite, run under wine by ctest.
 test-windows: windows
-	mkdir -p $(BUILD_WIN)/wineprefix
-	$(WINE_ENV) $(WINESERVER) -p60
-	cd $(BUILD_WIN) && ctest --output-on-failure -j $(JOBS) --timeout 300; rc=$$?; \
-	  $(WINE_ENV) $(WINESERVER) -k; exit $$rc
+	cd $(BUILD_WIN) && ctest --output-on-failure -j $(JOBS) --timeout 300
 
 # ns per malloc/free pair under wine: the CRT's heap, freeway linked in
 # statically, and freeway injected into the CRT build (freeway-inject.exe).
-WINE_RUN = $(WINE_ENV) $$(grep '^FW_WINE:' $(BUILD_WIN)/CMakeCache.txt | cut -d= -f2)
+WINE_RUN = WINEPREFIX=$(abspath $(BUILD_WIN))/wineprefix WINEDEBUG=-all DISPLAY= \
+	$$(grep '^FW_WINE:' $(BUILD_WIN)/CMakeCache.txt | cut -d= -f2)
 bench-windows: windows
 	for t in 1 2; do \
 	  $(WINE_RUN) $(BUILD_WIN)/bench/windows/pairs_crt.exe $$t || exit 1; \
