@@ -33,10 +33,13 @@ deps-san:   ; @tools/ensure-packages $(PKGS_SAN)
 deps-win:   ; @tools/ensure-packages $(PKGS_WIN)
 
 # Order-only: under make -j the configure must not run before the packages it finds are in.
-$(BUILD)/CMakeCache.txt: | deps-build
+# The target is the generated Makefile, which only a configure that succeeded
+# writes: after one that stopped (say on a missing package, installed since),
+# CMakeCache.txt exists and `make build` would not configure again.
+$(BUILD)/Makefile: | deps-build
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
 
-build: deps-build $(BUILD)/CMakeCache.txt
+build: deps-build $(BUILD)/Makefile
 	cmake --build $(BUILD) -j $(JOBS)
 
 test: deps-test
