@@ -103,8 +103,9 @@ FW_INLINE uintptr_t span_base(const Span* s) {
   return g_regions[i / kVspansPerRegion].base.load(std::memory_order_relaxed) +
          (uintptr_t(i % kVspansPerRegion) << kVspanShift);
 }
-// Address of block 0 of small span s: its base plus its colour, which is its
-// offset (the low 32 bits of that address, span.h) mod kVspanSize.
+// Address of block 0 of small span s: its base, which its offset (the low 32
+// bits of that address, span.h) mod kVspanSize adds nothing to. (Until Stop 52
+// a small span started at a cache colour within its vspan, which that added.)
 FW_INLINE uintptr_t span_blocks(const Span* s) {
   return span_base(s) + (s->offset.load(std::memory_order_relaxed) & (kVspanSize - 1));
 }

@@ -128,12 +128,14 @@ constexpr uint64_t kParkedCheckEvery = 64;          // span-pool acquisitions be
 // a LAB keeps at most kKeptBytes besides its hot spans, which adds kKeptBytes
 // to the blowup bound's per-cache term (docs/design.md).
 constexpr uint32_t kKeptBytes = 16u * 1024 * 1024;
-// The most spans of one class a LAB can keep: the budget in 64 KiB spans.
-constexpr unsigned kKeptSpans = kKeptBytes / (64u * 1024);
+// The most spans of one class a LAB can keep: the budget in spans (every
+// class's span is a whole vspan, size_class.h).
+constexpr unsigned kKeptSpans = kKeptBytes / kVspanSize;
+static_assert(kKeptSpans * kVspanSize == kKeptBytes, "the budget is whole spans");
 // A class's kept entries lie in groups of kKeptGroup (one cache line), group g
 // of every class side by side (Lab::kept_at): a LAB whose classes keep a few
 // spans each touches the first groups only, not a row of kKeptSpans entries
-// (2 KiB) for every class it uses.
+// (512 bytes) for every class it uses.
 constexpr unsigned kKeptGroup = 8;
 static_assert(kKeptSpans % kKeptGroup == 0 && kKeptSpans <= 65535, "kept_n and kept_look are 16 bits");
 // Kept spans whose descriptors one kept_switch reads at most (it takes the
@@ -223,9 +225,9 @@ constexpr unsigned kPendingChains = 64;   // slots a LAB starts with; pending_of
 constexpr unsigned kPendingMax = 4096;    // slots a LAB grows to (128 KiB of them, paged in as used)
 constexpr uint32_t kPendingBudget = 1024 * 1024;  // bytes a LAB's chains may hold, at least
 constexpr uint32_t kPendingShare = 16;            // per-thread LABs' chains: 1/16 of the committed bytes
-// At most: every slot of a grown LAB holding a whole 64 KiB span's blocks (a
-// chain takes no more than its span has in use, so a bigger budget buys nothing).
-constexpr uint32_t kPendingBudgetMax = kPendingMax * 64 * 1024;
+// At most: every slot of a grown LAB holding a whole span's blocks (a chain
+// takes no more than its span has in use, so a bigger budget buys nothing).
+constexpr uint32_t kPendingBudgetMax = uint32_t(kPendingMax * kVspanSize);
 static_assert(kClassCount <= 64, "kept_classes has a bit per class");
 static_assert((kPendingMax & (kPendingMax - 1)) == 0 && kPendingMax % kPendingChains == 0, "slots double");
 // Blocks a chain of blocks of bsize bytes takes when the LAB has `slots` slots

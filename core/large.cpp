@@ -135,7 +135,7 @@ void* large_alloc(size_t size, size_t align, bool zero, size_t room) {
   Span* head = pool_take_run(n, round_up(total, os::page_size()));
   if (head == nullptr && n > need) head = pool_take_run(n = need, round_up(total, os::page_size()));
   if (head == nullptr) return nullptr;
-  span_set_use(head, kNoClass);  // a single span may have held small blocks at a colour
+  span_set_use(head, kNoClass);  // a single span may have held small blocks
   uintptr_t base = span_base(head);
   uintptr_t p = round_up(base, align);
   uint64_t before = head->committed.load(std::memory_order_relaxed);

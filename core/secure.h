@@ -8,11 +8,10 @@
 //    rotr32(off * inv(m), k) <= (2^32-1)/d, and the result is then off/d, the
 //    block's index. So one subtraction, one multiply, one rotate and one
 //    compare with `carved` reject interior pointers, pointers between blocks
-//    and pointers past the carved part (or before the colour).
-//    (Granlund-Montgomery exact division; carved <= 4096 < (2^32-1)/2^17, so
-//    a non-multiple always fails the compare. p lies in start's vspan, so a
-//    p before block 0 gives off > 2^32 - kVspanSize, whose quotient, were it
-//    a multiple, would be more than 32,000.)
+//    and pointers past the carved part.
+//    (Granlund-Montgomery exact division; carved * d <= kVspanSize < 2^32, so
+//    a non-multiple, whose result is above (2^32-1)/d, always fails the
+//    compare. p lies in start's vspan, which starts with block 0.)
 //  - Free canary. A freed block's second word holds kCanary(p) = key ^ p; malloc
 //    clears it when it hands the block out. Freeing a block whose second word
 //    already holds its canary is a double free, however many frees came in

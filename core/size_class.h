@@ -4,11 +4,17 @@
 // that, four classes per doubling: 2^k * {1.25, 1.5, 1.75, 2}. A request that
 // lands in class c wastes at most 25% of its size for requests of 64 B and more
 // (below 64 B the 16-byte granule decides). Each class has a real span size
-// (what one span commits): 64 KiB for blocks up to 1 KiB, else a whole virtual
-// span (256 KiB). A span holds at least 8 blocks up to 32 KiB; the classes
-// above hold 2 to 6 (mimalloc's medium pages hold 4 blocks of 128 KiB): a bigger
-// span would cost address space for every class in use, and
-// small spans are what a program under RLIMIT_AS runs out of (docs/design.md).
+// (what one span commits, its pages touched as blocks are carved): a whole
+// virtual span (256 KiB) for every class. A span holds at least 8 blocks up to
+// 32 KiB; the classes above hold 2 to 6 (mimalloc's medium pages hold 4 blocks
+// of 128 KiB): a bigger span would cost address space for every class in use,
+// and small spans are what a program under RLIMIT_AS runs out of
+// (docs/design.md). Blocks up to 1 KiB had 64 KiB spans until Stop 52: with a
+// quarter of the blocks a span, a thread went to another span four times as
+// often (a kept span's switch, a pending chain's CAS, a span from the pool),
+// and larson-bigheap ran at 0.65-0.69 of mimalloc's speed
+// (docs/benchmarks.md, Stop 52). The address space a span costs is the same
+// either way: the vspan.
 //
 // Invariants (checked by size_class_is_valid):
 //   block_size(c) is a multiple of 16 and strictly increasing in c;
@@ -39,10 +45,7 @@ constexpr uint32_t block_size_of(unsigned c) {
   unsigned q = (c - 8) % 4;       // quarter within it
   return (1u << b) + (q + 1) * (1u << (b - 2));
 }
-constexpr uint32_t span_bytes_of(uint32_t bsize) {
-  if (bsize <= 1024) return 64 * 1024;
-  return 256 * 1024;
-}
+constexpr uint32_t span_bytes_of(uint32_t) { return uint32_t(kVspanSize); }
 struct Tables {
   ClassInfo info[kClassCount];
   uint8_t small[kSmallTableMax / 16 + 1];
@@ -70,8 +73,8 @@ static_assert(kClassTables.info[kClassCount - 1].block_size == kSmallMax, "last 
 FW_INLINE const ClassInfo& class_info(unsigned c) { return kClassTables.info[c]; }
 FW_INLINE uint32_t class_block_size(unsigned c) { return kClassTables.info[c].block_size; }
 // What every block of class c is aligned to: the lowest set bit of its size
-// (block i sits at span_blocks + i*block_size, and span_blocks, a vspan base
-// plus the span's colour, is a multiple of the power-of-two span size).
+// (block i sits at span_blocks + i*block_size, and span_blocks, a vspan base,
+// is a multiple of the power-of-two span size).
 FW_INLINE uint32_t class_align(unsigned c) { return class_block_size(c) & (0u - class_block_size(c)); }
 
 // Class for n <= kSmallTableMax: one table load.

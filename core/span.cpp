@@ -169,23 +169,22 @@ void span_set_guard(Span* s, uint32_t page) {
 
 bool span_make_hot(Span* s, unsigned cls, Lab* lab) {
   const ClassInfo& ci = class_info(cls);
-  span_set_use(s, cls);         // moves its window to the class's colour
+  span_set_use(s, cls);
   span_trim(s, ci.span_bytes);  // pages a bigger earlier use left behind
   if (!span_commit(s, ci.span_bytes)) {
     pool_give(s, 1);
     return false;
   }
-  uint32_t colour = span_colour(s, cls);
   uint32_t capacity = ci.capacity;
   if (secure_mode()) {
     // The real span's last page is the guard: blocks end before it.
     size_t ps = os::page_size();
     capacity = uint32_t((ci.span_bytes - ps) / ci.block_size);
-    span_set_guard(s, uint32_t((colour + ci.span_bytes) / ps));
+    span_set_guard(s, uint32_t(ci.span_bytes / ps));
   } else {
     span_set_guard(s, 0);
   }
-  s->offset.store(uint32_t(span_base(s) + colour), std::memory_order_relaxed);  // span.h
+  s->offset.store(uint32_t(span_base(s)), std::memory_order_relaxed);  // span.h
   s->block_size.store(ci.block_size, std::memory_order_relaxed);
   s->capacity.store(capacity, std::memory_order_relaxed);
   s->carved.store(0, std::memory_order_relaxed);
@@ -431,9 +430,9 @@ bool span_is_valid(const Span* s) {
   if (carved > capacity) ok = report_invariant("span: carved > capacity", i);
   if (uint64_t(capacity) * bsize > s->committed.load(std::memory_order_relaxed))
     ok = report_invariant("span: blocks beyond committed memory", i);
-  if (s->offset.load(std::memory_order_relaxed) != uint32_t(span_base(s) + span_window(s)) ||
-      span_window(s) + s->committed.load(std::memory_order_relaxed) > kVspanSize)
-    ok = report_invariant("span: blocks not at the span's colour, or past its vspan", i);
+  if (s->offset.load(std::memory_order_relaxed) != uint32_t(span_base(s)) ||
+      s->committed.load(std::memory_order_relaxed) > kVspanSize)
+    ok = report_invariant("span: blocks not at the span's base, or past its vspan", i);
   if (a.count > carved) ok = report_invariant("span: more free blocks than carved", i);
   // Walk the list: it must hold exactly count blocks, each a block start.
   uintptr_t base = span_blocks(s);

@@ -2,7 +2,7 @@
 //
 // A span is one virtual span (kVspanSize of address space) with a descriptor in
 // the arena's descriptor table. A small span carves span_bytes of its virtual
-// span, from its cache colour on (span_colour), into blocks of one size class.
+// span, from its base on, into blocks of one size class.
 // A run of virtual spans holds one large object: the first descriptor is the
 // run's head, the others are tails.
 //
@@ -37,12 +37,11 @@
 //   cls, block_size, capacity, run_len, offset, large_size (large heads)
 //               the thread that holds the span exclusively (just popped it from
 //               the pool or a run cache), before publishing it with a CAS.
-//               cls stays when the span is freed: it says where the span's
-//               committed bytes are (span_window), kNoClass for run pieces.
-//   offset      small span: the low 32 bits of block 0's address (base plus
-//               its colour; the colour is offset mod kVspanSize), which the
-//               block check subtracts from a pointer's low bits as they are
-//               (secure.h); large head: where the block starts, from base.
+//               cls stays when the span is freed (kNoClass for run pieces).
+//   offset      small span: the low 32 bits of block 0's address (the
+//               vspan's base), which the block check subtracts from a
+//               pointer's low bits as they are (secure.h); large head: where
+//               the block starts, from base.
 //   carved      the owning LAB while HOT; stable in every other state.
 //   guard_page  whoever holds the vspan exclusively (it describes the vspan's
 //               page protection, whatever the vspan is used for).
@@ -55,8 +54,8 @@
 //   state in {FULL, PARTIAL}: count <= carved <= capacity, list has count blocks
 //   state FULL:    count + (capacity - carved) <  reuse threshold
 //   state PARTIAL: count < carved (else it would be FREE)
-//   capacity * block_size <= committed, span_window + committed <= kVspanSize,
-//   offset == low 32 bits of (base + span_window) (small spans)
+//   capacity * block_size <= committed <= kVspanSize,
+//   offset == low 32 bits of base (small spans)
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -125,23 +124,9 @@ static_assert(sizeof(Span) == 64, "a span descriptor is one cache line");
 // or a piece of a free run.
 constexpr unsigned kNoClass = kClassCount;
 
-// Cache colour. A small span of B = span_bytes bytes smaller than its virtual
-// span (64 KiB in 256 KiB) does not start at the vspan's base but at
-// (descriptor address << (log2 B - 6)) mod kVspanSize: consecutive descriptors
-// step by B. With every span at offset 0, bits 16-17 of a 64 KiB span's
-// addresses would always be 0, and a cache or TLB whose set index includes them
-// (a last-level cache, a second-level TLB) would hold small blocks in a quarter
-// of its sets only; stepped, the spans of a region use them all (docs/design.md
-// gives the figures). A span of class kNoClass, or of a class whose span fills
-// its vspan, has colour 0.
-FW_INLINE uint32_t span_colour(const Span* s, unsigned cls) {
-  if (cls >= kClassCount) return 0;
-  unsigned shift = unsigned(__builtin_ctz(class_info(cls).span_bytes)) - 6;
-  return uint32_t((reinterpret_cast<uintptr_t>(s) << shift) & (kVspanSize - 1));
-}
-// Where what s holds starts within its vspan: its committed bytes count from
-// there, and a small span's blocks start there.
-FW_INLINE uint32_t span_window(const Span* s) { return span_colour(s, s->cls.load(std::memory_order_relaxed)); }
+// A span's committed bytes and a small span's blocks start at its vspan's
+// base. (Until Stop 52 a small span smaller than its vspan started at a cache
+// colour within it; every class's span fills its vspan now: docs/design.md.)
 
 // Block index (the anchor's unit) <-> address, for a span whose block 0 is at base.
 FW_INLINE uint32_t block_index(uintptr_t base, const void* p) {

@@ -243,8 +243,7 @@ uint32_t take_all(unsigned first_tier = 0, std::atomic<uint32_t>* publish = null
 // that follows a fully committed part. A piece with pages after a gap keeps
 // them too: the gap is committed (on Linux bookkeeping only: its pages stay
 // unbacked until touched) when it is no bigger than those pages, else the run
-// ends before the piece. A small span's pages at a colour are never a prefix:
-// such a span stays a run of its own. With `force` (no address space is left
+// ends before the piece. With `force` (no address space is left
 // for a new region) every piece joins and pages that are not a prefix are
 // given back instead. If no stretch is n long, one that ends where a current
 // region's fresh vspans start (if any; one per frontier, arena.h) grows to n
@@ -277,9 +276,8 @@ bool coalesce(uint32_t n, bool force) {
       const uint64_t age = pool_age_ms(piece, now);
       if (age < youngest) youngest = age;
     };
-    for (uint32_t k = 0; k < len && len > 1; k++) {  // a single span keeps its pages (and its colour)
+    for (uint32_t k = 0; k < len && len > 1; k++) {  // a single span keeps its pages
       Span* piece = span_at(first + k);
-      if (span_window(piece) != 0) decommit_span(piece);  // pages at a colour are no prefix
       piece->cls.store(uint16_t(kNoClass), std::memory_order_release);
       uint64_t c = piece->committed.load(std::memory_order_relaxed);
       const uint64_t at = uint64_t(k) << kVspanShift;
@@ -320,18 +318,11 @@ bool coalesce(uint32_t n, bool force) {
       Span* piece = span_at(h + k);
       uint64_t c = piece->committed.load(std::memory_order_relaxed);
       if (c == 0) continue;
-      const bool coloured = span_window(piece) != 0;
       const uint64_t at = uint64_t(k - start) << kVspanShift;
-      if (k > start && (coloured || at - prefix > c)) {
+      if (k > start && at - prefix > c) {
         settle(h + start, k - start);  // its pages would be lost in the run so far: cut before it
         start = k;
         prefix = 0;
-      }
-      if (coloured) {  // a small span's pages at its colour: a run of its own
-        settle(h + k, 1);
-        start = k + 1;
-        prefix = 0;
-        continue;
       }
       prefix = (k == start ? 0 : uint64_t(k - start) << kVspanShift) + c;  // a gap before it is filled
     }
@@ -754,7 +745,7 @@ void pool_give_large(Span* head, uint32_t len) { give(head, len, true); }
 void span_trim(Span* s, uint64_t bytes) {
   uint64_t c = s->committed.load(std::memory_order_relaxed);
   if (c <= bytes) return;
-  uintptr_t at = span_base(s) + span_window(s) + bytes;
+  uintptr_t at = span_base(s) + bytes;
   os::decommit(reinterpret_cast<void*>(at), c - bytes);
   telemetry_event(FWT_EV_DECOMMIT, span_index(s), at, c - bytes);
   s->committed.store(bytes, std::memory_order_relaxed);
@@ -764,7 +755,7 @@ void span_trim(Span* s, uint64_t bytes) {
 bool span_commit(Span* s, uint64_t bytes) {
   uint64_t c = s->committed.load(std::memory_order_relaxed);
   if (c >= bytes) return true;
-  uintptr_t at = span_base(s) + span_window(s) + c;
+  uintptr_t at = span_base(s) + c;
   if (!os::commit(reinterpret_cast<void*>(at), bytes - c)) return false;
   telemetry_event(FWT_EV_COMMIT, span_index(s), at, bytes - c);
   s->committed.store(bytes, std::memory_order_relaxed);
@@ -772,10 +763,7 @@ bool span_commit(Span* s, uint64_t bytes) {
   return true;
 }
 
-void span_set_use(Span* s, unsigned cls) {
-  if (span_colour(s, cls) != span_window(s)) decommit_span(s);
-  s->cls.store(uint16_t(cls), std::memory_order_release);
-}
+void span_set_use(Span* s, unsigned cls) { s->cls.store(uint16_t(cls), std::memory_order_release); }
 
 void span_forget_committed(Span* s) {
   uint64_t c = s->committed.exchange(0, std::memory_order_relaxed);

@@ -100,15 +100,14 @@ void pool_give(Span* head, uint32_t run_len);
 void pool_give_large(Span* head, uint32_t run_len);
 constexpr uint64_t kLastRunMax = 4u << 20;
 
-// A span's committed bytes are its window: `committed` bytes from span_window
-// (its cache colour for a small span, span.h; its base for anything else).
-// Makes the first `bytes` of the span's window usable (and counts them).
+// A span's committed bytes are the first `committed` bytes from its base.
+// Makes the span's first `bytes` usable (and counts them).
 bool span_commit(Span* s, uint64_t bytes);
 // Gives back what the span (or run head) committed beyond its first `bytes`.
 void span_trim(Span* s, uint64_t bytes);
 // Before a span held exclusively is used for class cls (kNoClass: a large or
-// huge block): sets its class, and when that moves its window, gives back
-// what it had committed first.
+// huge block): sets its class. Its committed pages stay: every use starts at
+// the vspan's base.
 void span_set_use(Span* s, unsigned cls);
 
 // Forgets the span's committed bytes without decommitting (its region is about

@@ -306,12 +306,12 @@ TEST_CASE("past kKeptBytes of kept spans, the exhausted hot span floats") {
 TEST_CASE("the kept budget is the LAB's: a class of 256 KiB spans keeps what the other classes left of kKeptBytes") {
   fw_collect();
   std::thread([] {
-    // Forty 64 KiB spans of 64-byte blocks first (39 kept), then 4 KiB blocks.
+    // Forty spans of 64-byte blocks first (39 kept), then 4 KiB blocks.
     std::vector<Span*> spans;
     std::vector<void*> v = fill_spans(40, &spans);
     REQUIRE(spans.size() == 40);
     const uint32_t small_kept = lab_current()->kept_bytes;
-    CHECK(small_kept == 39 * 64 * 1024);
+    CHECK(small_kept == 39 * class_info(class_of(64)).span_bytes);
     const size_t size = 4096;
     const unsigned c = class_of(size);
     REQUIRE(class_info(c).span_bytes == 256 * 1024);

@@ -196,42 +196,33 @@ TEST_CASE("of warm runs of one length, a take keeps the one whose pages cover th
   CHECK(pool_is_valid());
 }
 
-TEST_CASE("a span's committed pages sit at its colour while it holds small blocks, and move when its use does") {
+TEST_CASE("a span's committed pages start at its base and stay when its use changes, and a trim gives back its tail") {
   const unsigned c = class_of(64);
-  // A span whose colour for class c is not 0 (one descriptor in 16 has 0).
-  std::vector<Span*> zero;
   Span* s = pool_take_span(0);
-  while (s != nullptr && span_colour(s, c) == 0 && zero.size() < 64) {
-    zero.push_back(s);
-    s = pool_take_span(0);
-  }
-  for (Span* z : zero) pool_give(z, 1);
   REQUIRE(s != nullptr);
-  REQUIRE(span_colour(s, c) != 0);
-  CHECK(s->cls.load() == kNoClass);  // a fresh vspan: its window is its base
-  CHECK(span_window(s) == 0);
   const uint32_t bytes = class_info(c).span_bytes;
   span_set_use(s, c);
   REQUIRE(span_commit(s, bytes));
-  const uint32_t colour = span_colour(s, c);
-  CHECK(span_window(s) == colour);
-  CHECK(colour % bytes == 0);
-  CHECK(colour + bytes <= kVspanSize);
-  // Consecutive descriptors step by the span size (mod the vspan).
-  CHECK(span_colour(s + 1, c) == (colour + bytes) % kVspanSize);
-  char* window = reinterpret_cast<char*>(span_base(s) + colour);
-  memset(window, 0xab, bytes);
+  CHECK(span_blocks(s) == span_base(s));
+  char* pages = reinterpret_cast<char*>(span_base(s));
+  memset(pages, 0xab, bytes);
   uint64_t committed = committed_bytes();
-  // Another use of the same span size keeps the pages; a large block's use
-  // (window at the base) gives them back first.
+  // Another class, or a large block, uses the same pages from the same base:
+  // they stay committed, with what they held.
   span_set_use(s, class_of(100));
   CHECK(s->committed.load() == bytes);
   span_set_use(s, kNoClass);
-  CHECK(s->committed.load() == 0);
-  CHECK(committed_bytes() == committed - bytes);
-  if (os::features().decommit_zeroes) CHECK(window[0] == 0);
-  REQUIRE(span_commit(s, 2 * bytes));
-  CHECK(span_window(s) == 0);
+  CHECK(s->committed.load() == bytes);
+  CHECK(committed_bytes() == committed);
+  CHECK(pages[0] == char(0xab));
+  CHECK(pages[bytes - 1] == char(0xab));
+  // A trim keeps the head and gives back the rest.
+  const size_t ps = os::page_size();
+  span_trim(s, ps);
+  CHECK(s->committed.load() == ps);
+  CHECK(committed_bytes() == committed - (bytes - ps));
+  CHECK(pages[0] == char(0xab));
+  if (os::features().decommit_zeroes) CHECK(pages[ps] == 0);
   pool_give(s, 1);
   CHECK(pool_is_valid());
 }
