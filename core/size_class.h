@@ -10,11 +10,10 @@
 // of 128 KiB): a bigger span would cost address space for every class in use,
 // and small spans are what a program under RLIMIT_AS runs out of
 // (docs/design.md). Blocks up to 1 KiB had 64 KiB spans until Stop 52: with a
-// quarter of the blocks a span, a thread went to another span four times as
-// often (a kept span's switch, a pending chain's CAS, a span from the pool),
-// and larson-bigheap ran at 0.65-0.69 of mimalloc's speed
-// (docs/benchmarks.md, Stop 52). The address space a span costs is the same
-// either way: the vspan.
+// quarter of the blocks a span, a thread went to another span far more often
+// (larson-bigheap: a kept span's switch every 21 pairs instead of every 140),
+// and larson-bigheap ran at 0.65-0.67 of mimalloc's speed (docs/benchmarks.md,
+// Stop 52). The address space a span costs is the same either way: the vspan.
 //
 // Invariants (checked by size_class_is_valid):
 //   block_size(c) is a multiple of 16 and strictly increasing in c;
