@@ -198,32 +198,39 @@ TEST_CASE("of warm runs of one length, a take keeps the one whose pages cover th
 
 TEST_CASE("a span's committed pages start at its base and stay when its use changes, and a trim gives back its tail") {
   const unsigned c = class_of(64);
-  Span* s = pool_take_span(0);
-  REQUIRE(s != nullptr);
   const uint32_t bytes = class_info(c).span_bytes;
-  span_set_use(s, c);
-  REQUIRE(span_commit(s, bytes));
-  CHECK(span_blocks(s) == span_base(s));
-  char* pages = reinterpret_cast<char*>(span_base(s));
-  memset(pages, 0xab, bytes);
-  uint64_t committed = committed_bytes();
-  // Another class, or a large block, uses the same pages from the same base:
-  // they stay committed, with what they held.
-  span_set_use(s, class_of(100));
-  CHECK(s->committed.load() == bytes);
-  span_set_use(s, kNoClass);
-  CHECK(s->committed.load() == bytes);
-  CHECK(committed_bytes() == committed);
-  CHECK(pages[0] == char(0xab));
-  CHECK(pages[bytes - 1] == char(0xab));
-  // A trim keeps the head and gives back the rest.
   const size_t ps = os::page_size();
-  span_trim(s, ps);
-  CHECK(s->committed.load() == ps);
-  CHECK(committed_bytes() == committed - (bytes - ps));
-  CHECK(pages[0] == char(0xab));
-  if (os::features().decommit_zeroes) CHECK(pages[ps] == 0);
-  pool_give(s, 1);
+  // Four spans, descriptors in a row: until Stop 52, three in four put a small
+  // span's pages at a colour above the base, and a large block's use gave them back.
+  Span* spans[4];
+  for (Span*& s : spans) {
+    s = pool_take_span(0);
+    REQUIRE(s != nullptr);
+  }
+  for (Span* s : spans) {
+    span_set_use(s, c);
+    span_trim(s, 0);  // whatever pages an earlier use left (span_make_hot trims them likewise)
+    REQUIRE(span_commit(s, bytes));
+    char* pages = reinterpret_cast<char*>(span_base(s));
+    memset(pages, 0xab, bytes);
+    uint64_t committed = committed_bytes();
+    // Another class, or a large block, uses the same pages from the same base:
+    // they stay committed, with what they held.
+    span_set_use(s, class_of(100));
+    CHECK(s->committed.load() == bytes);
+    span_set_use(s, kNoClass);
+    CHECK(s->committed.load() == bytes);
+    CHECK(committed_bytes() == committed);
+    CHECK(pages[0] == char(0xab));
+    CHECK(pages[bytes - 1] == char(0xab));
+    // A trim keeps the head and gives back the rest.
+    span_trim(s, ps);
+    CHECK(s->committed.load() == ps);
+    CHECK(committed_bytes() == committed - (bytes - ps));
+    CHECK(pages[0] == char(0xab));
+    if (os::features().decommit_zeroes) CHECK(pages[ps] == 0);
+  }
+  for (Span* s : spans) pool_give(s, 1);
   CHECK(pool_is_valid());
 }
 
