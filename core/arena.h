@@ -103,12 +103,10 @@ FW_INLINE uintptr_t span_base(const Span* s) {
   return g_regions[i / kVspansPerRegion].base.load(std::memory_order_relaxed) +
          (uintptr_t(i % kVspansPerRegion) << kVspanShift);
 }
-// Address of block 0 of small span s: its base, which its offset (the low 32
-// bits of that address, span.h) mod kVspanSize adds nothing to. (Until Stop 52
-// a small span started at a cache colour within its vspan, which that added.)
-FW_INLINE uintptr_t span_blocks(const Span* s) {
-  return span_base(s) + (s->offset.load(std::memory_order_relaxed) & (kVspanSize - 1));
-}
+// Address of block 0 of small span s: its base (span.h). Until Stop 52 a small
+// span could start at a cache colour within its vspan, which this added from
+// its offset.
+FW_INLINE uintptr_t span_blocks(const Span* s) { return span_base(s); }
 FW_INLINE const Region* region_of_span(const Span* s) { return &g_regions[span_index(s) / kVspansPerRegion]; }
 
 // Frontiers. Fresh vspans come from the current region of one of two

@@ -44,7 +44,6 @@ constexpr uint32_t block_size_of(unsigned c) {
   unsigned q = (c - 8) % 4;       // quarter within it
   return (1u << b) + (q + 1) * (1u << (b - 2));
 }
-constexpr uint32_t span_bytes_of(uint32_t) { return uint32_t(kVspanSize); }
 struct Tables {
   ClassInfo info[kClassCount];
   uint8_t small[kSmallTableMax / 16 + 1];
@@ -53,7 +52,7 @@ constexpr Tables make_tables() {
   Tables t{};
   for (unsigned c = 0; c < kClassCount; c++) {
     uint32_t bs = block_size_of(c);
-    uint32_t sb = span_bytes_of(bs);
+    uint32_t sb = uint32_t(kVspanSize);  // every class's span is a whole vspan (above)
     t.info[c] = ClassInfo{bs, sb, sb / bs};
   }
   for (unsigned i = 0; i <= kSmallTableMax / 16; i++) {
