@@ -103,10 +103,19 @@ FW_INLINE uintptr_t span_base(const Span* s) {
   return g_regions[i / kVspansPerRegion].base.load(std::memory_order_relaxed) +
          (uintptr_t(i % kVspansPerRegion) << kVspanShift);
 }
-// Address of block 0 of small span s: its base (span.h). Until Stop 52 a small
-// span could start at a cache colour within its vspan, which this added from
-// its offset.
-FW_INLINE uintptr_t span_blocks(const Span* s) { return span_base(s); }
+// The colour of span s for a class with `colours` colours, a power of two up
+// to 16 (size_class.h): a multiple of kColourStep from the top bits of its
+// descriptor's index times the golden ratio, so that spans near each other
+// take different colours.
+FW_INLINE uint32_t span_colour(const Span* s, uint32_t colours) {
+  return (((span_index(s) * 0x9E3779B1u) >> 28) & (colours - 1)) * kColourStep;
+}
+// Address of block 0 of small span s: its base plus its colour (span.h), which
+// the low 32 bits of block 0's address in `offset` carry.
+FW_INLINE uintptr_t span_blocks(const Span* s) {
+  const uintptr_t base = span_base(s);
+  return base + uint32_t(s->offset.load(std::memory_order_relaxed) - uint32_t(base));
+}
 FW_INLINE const Region* region_of_span(const Span* s) { return &g_regions[span_index(s) / kVspansPerRegion]; }
 
 // Frontiers. Fresh vspans come from the current region of one of two

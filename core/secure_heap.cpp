@@ -56,8 +56,12 @@ unsigned secure_class(unsigned c, size_t n, size_t align) {
   size_t need = n + kSecureTail;
   if (need > kSmallMax) return kClassCount;
   unsigned fit = class_of(need);
+  // Secure mode's spans take no colour: a plain twin's blocks are its sized
+  // class's (size_class.h).
+  c = sized_class(c);
   if (fit > c) c = fit;
-  while (c < kClassCount && (class_block_size(c) & (align - 1)) != 0) c++;  // aligned requests only: classes are multiples of kMinAlign
+  while (c < kSizeClasses && (class_block_size(c) & (align - 1)) != 0) c++;  // aligned requests only: classes are multiples of kMinAlign
+  if (c == kSizeClasses) return kClassCount;
   return c;
 }
 

@@ -7,23 +7,39 @@ namespace fw {
 
 unsigned class_of_aligned(size_t n, size_t align) {
   if (n > kSmallMax) return kClassCount;
-  for (unsigned c = class_of(n == 0 ? 1 : n); c < kClassCount; c++) {
-    if (class_block_size(c) % align == 0) return c;
+  for (unsigned c = class_of(n == 0 ? 1 : n); c < kSizeClasses; c++) {
+    if (class_block_size(c) % align == 0) return align > kColourStep ? plain_class(c) : c;
   }
   return kClassCount;
 }
 
 bool size_class_is_valid() {
   bool ok = true;
+  unsigned twins_used = 0;
   for (unsigned c = 0; c < kClassCount; c++) {
     const ClassInfo& ci = class_info(c);
     if (ci.block_size % kMinAlign != 0) ok = report_invariant("size class: block size not a multiple of 16", c);
-    if (c > 0 && ci.block_size <= class_info(c - 1).block_size)
+    if (c > 0 && c < kSizeClasses && ci.block_size <= class_info(c - 1).block_size)
       ok = report_invariant("size class: block sizes not increasing", c);
+    // A colour stays below the size's power of two (a multiple of 64 under it).
+    if ((ci.colours & (ci.colours - 1)) != 0 || ci.colours > 16 ||
+        (ci.colours > 1 && ci.block_size % (ci.colours * kColourStep) != 0))
+      ok = report_invariant("size class: colours not a power of two dividing the block size in 64-byte steps", c);
+    const bool coloured = ci.colours > 1;
+    if ((c >= kSizeClasses && coloured) || (c < kSizeClasses && (plain_class(c) != c) != coloured))
+      ok = report_invariant("size class: a twin coloured, or a coloured class without a twin", c);
+    if (c < kSizeClasses && coloured) {
+      const unsigned t = plain_class(c);
+      twins_used++;
+      if (t < kSizeClasses || t >= kClassCount || class_info(t).block_size != ci.block_size)
+        ok = report_invariant("size class: a plain twin out of range, or of another size", c);
+    }
     if (ci.capacity < (ci.block_size <= kVspanSize / 8 ? 8u : 2u))
       ok = report_invariant("size class: too few blocks per span", c);
     if (ci.span_bytes > kVspanSize) ok = report_invariant("size class: span larger than a virtual span", c);
   }
+  if (twins_used != kPlainTwins)
+    ok = report_invariant("size class: plain twins not one for each coloured class", twins_used);
   for (size_t n = 1; n <= kSmallMax; n++) {
     unsigned c = class_of(n);
     if (class_block_size(c) < n || (c > 0 && class_block_size(c - 1) >= n)) {

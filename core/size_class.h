@@ -15,11 +15,33 @@
 // and larson-bigheap ran at 0.65-0.67 of mimalloc's speed (docs/benchmarks.md,
 // Stop 52). The address space a span costs is the same either way: the vspan.
 //
+// Colour. Block i of a span sits at its base plus i * block_size, and every
+// span's base is a multiple of 256 KiB, so with a block size of 2^k * m (m
+// odd, 2^k of 128 bytes or more) the blocks' first lines, where a program's
+// header fields and the allocator's link and canary lie, use only one set in
+// every 2^k / 64 of each cache level, in every span of the class: blocks of
+// 1 KiB a sixteenth of the sets. A heap of such blocks then misses like a
+// cache that much smaller (docs/design.md, Block colour). So a span of a
+// coloured class starts its blocks at a colour, an offset from its base: a
+// multiple of 64 below 2^k, chosen from its descriptor's index, which spreads
+// those lines over every set; the span holds the blocks that fit after it (at
+// most one block less).
+// The coloured classes are those of 128 B to 1 KiB whose size is a multiple
+// of 128 (past 1 KiB a span holds 256 blocks or fewer, and a block less costs
+// more). Their blocks are aligned to 64 bytes, no more; each has a plain twin
+// (class index kSizeClasses and up): the same block size, spans with no
+// colour, whose blocks keep the alignment of the size's power of two. Only
+// aligned allocations of more than 64 bytes' alignment take a twin
+// (class_of_aligned); class_of never does.
+//
 // Invariants (checked by size_class_is_valid):
-//   block_size(c) is a multiple of 16 and strictly increasing in c;
+//   block_size(c) is a multiple of 16 and strictly increasing in c < kSizeClasses;
 //   class_of(n) is the smallest c with block_size(c) >= n;
 //   capacity(c) = span_bytes(c) / block_size(c) >= 8 if block_size(c) <= kVspanSize / 8,
-//   else >= 2; and span_bytes(c) <= kVspanSize.
+//   else >= 2; and span_bytes(c) <= kVspanSize;
+//   colours(c) > 1 exactly for the coloured classes, and is then a power of
+//   two, 2^k / 64 (at most 16); the twin of coloured class c has its block
+//   size and one colour.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -28,32 +50,56 @@
 
 namespace fw {
 
-constexpr unsigned kClassCount = 48;
+constexpr unsigned kSizeClasses = 48;  // the classes class_of hands out, by size
+constexpr unsigned kPlainTwins = 8;    // coloured classes, each with a plain twin (above)
+constexpr unsigned kClassCount = kSizeClasses + kPlainTwins;
 constexpr unsigned kSmallTableMax = 1024;  // class_of by table lookup up to here
+constexpr uint32_t kColourStep = 64;       // a colour is a multiple of this, and a coloured block aligned to it
 
 struct ClassInfo {
   uint32_t block_size;
   uint32_t span_bytes;  // real span size
-  uint32_t capacity;    // blocks per span
+  uint32_t capacity;    // blocks per span with no colour
+  uint32_t colours;     // colours its spans take (1: none)
 };
 
 namespace detail {
-constexpr uint32_t block_size_of(unsigned c) {
+constexpr uint32_t size_of_sized(unsigned c) {
   if (c < 8) return 16u * (c + 1);
   unsigned b = 7 + (c - 8) / 4;   // the doubling 2^b .. 2^(b+1)
   unsigned q = (c - 8) % 4;       // quarter within it
   return (1u << b) + (q + 1) * (1u << (b - 2));
 }
+// Whether sized class c (< kSizeClasses) is coloured (above).
+constexpr bool sized_coloured(unsigned c) {
+  const uint32_t bs = size_of_sized(c);
+  return bs % 128 == 0 && bs <= 1024;
+}
+// The coloured class whose plain twin is class kSizeClasses + k.
+constexpr unsigned twin_base(unsigned k) {
+  unsigned c = 0;
+  for (unsigned seen = 0;; c++) {
+    if (sized_coloured(c) && seen++ == k) return c;
+  }
+}
+constexpr uint32_t block_size_of(unsigned c) {
+  return c < kSizeClasses ? size_of_sized(c) : size_of_sized(twin_base(c - kSizeClasses));
+}
 struct Tables {
   ClassInfo info[kClassCount];
   uint8_t small[kSmallTableMax / 16 + 1];
+  uint8_t twin[kSizeClasses];  // plain twin of a coloured class; the class itself otherwise
 };
 constexpr Tables make_tables() {
   Tables t{};
   for (unsigned c = 0; c < kClassCount; c++) {
     uint32_t bs = block_size_of(c);
     uint32_t sb = uint32_t(kVspanSize);  // every class's span is a whole vspan (above)
-    t.info[c] = ClassInfo{bs, sb, sb / bs};
+    uint32_t colours = 1;
+    if (c < kSizeClasses && sized_coloured(c)) {
+      colours = (bs & (0u - bs)) / kColourStep;  // 2^k / 64
+    }
+    t.info[c] = ClassInfo{bs, sb, sb / bs, colours};
   }
   for (unsigned i = 0; i <= kSmallTableMax / 16; i++) {
     uint32_t n = i * 16;
@@ -61,19 +107,32 @@ constexpr Tables make_tables() {
     while (t.info[c].block_size < n) c++;
     t.small[i] = uint8_t(c);
   }
+  for (unsigned c = 0, k = 0; c < kSizeClasses; c++) t.twin[c] = uint8_t(sized_coloured(c) ? kSizeClasses + k++ : c);
   return t;
+}
+constexpr unsigned coloured_count() {
+  unsigned n = 0;
+  for (unsigned c = 0; c < kSizeClasses; c++) n += sized_coloured(c);
+  return n;
 }
 }  // namespace detail
 
 inline constexpr detail::Tables kClassTables = detail::make_tables();
-static_assert(kClassTables.info[kClassCount - 1].block_size == kSmallMax, "last class is kSmallMax");
+static_assert(kClassTables.info[kSizeClasses - 1].block_size == kSmallMax, "last class is kSmallMax");
+static_assert(detail::coloured_count() == kPlainTwins, "a plain twin for each coloured class");
 
 FW_INLINE const ClassInfo& class_info(unsigned c) { return kClassTables.info[c]; }
+// The plain twin of class c (< kSizeClasses) if it is coloured, else c (above).
+FW_INLINE unsigned plain_class(unsigned c) { return kClassTables.twin[c]; }
 FW_INLINE uint32_t class_block_size(unsigned c) { return kClassTables.info[c].block_size; }
-// What every block of class c is aligned to: the lowest set bit of its size
-// (block i sits at span_blocks + i*block_size, and span_blocks, a vspan base,
-// is a multiple of the power-of-two span size).
-FW_INLINE uint32_t class_align(unsigned c) { return class_block_size(c) & (0u - class_block_size(c)); }
+// What every block of class c is aligned to: the lowest set bit of its size,
+// or kColourStep for a coloured class (block i sits at span_blocks +
+// i*block_size, and span_blocks is a vspan base, a multiple of the
+// power-of-two span size, plus the span's colour).
+FW_INLINE uint32_t class_align(unsigned c) {
+  const uint32_t low = class_block_size(c) & (0u - class_block_size(c));
+  return class_info(c).colours > 1 && low > kColourStep ? kColourStep : low;
+}
 
 // Class for n <= kSmallTableMax: one table load.
 FW_INLINE unsigned class_of_small(size_t n) { return kClassTables.small[(n + 15) >> 4]; }
@@ -89,11 +148,15 @@ FW_INLINE unsigned class_of_medium(size_t n) {
 FW_INLINE unsigned class_of(size_t n) {
   return n <= kSmallTableMax ? class_of_small(n) : class_of_medium(n);
 }
+// The class class_of gives for class c's block size: c itself, or for a plain
+// twin the coloured class it is the twin of.
+FW_INLINE unsigned sized_class(unsigned c) { return c < kSizeClasses ? c : class_of(class_block_size(c)); }
 
 // Smallest class whose blocks hold n bytes and start at multiples of align (a
-// power of two): block i of a span sits at span_blocks + i*block_size, a
-// multiple of the span size plus that, so block_size must be a multiple of align.
-// Returns kClassCount when no class fits.
+// power of two): block i of a span sits at span_blocks + i*block_size, so
+// block_size must be a multiple of align, and so must the colour: past
+// kColourStep, a coloured class's plain twin. Returns kClassCount when no
+// class fits.
 unsigned class_of_aligned(size_t n, size_t align);
 
 bool size_class_is_valid();

@@ -176,15 +176,19 @@ bool span_make_hot(Span* s, unsigned cls, Lab* lab) {
     return false;
   }
   uint32_t capacity = ci.capacity;
+  uint32_t colour = 0;
   if (secure_mode()) {
-    // The real span's last page is the guard: blocks end before it.
+    // The real span's last page is the guard: blocks end before it. No
+    // colour: secure mode's blocks keep their size's alignment.
     size_t ps = os::page_size();
     capacity = uint32_t((ci.span_bytes - ps) / ci.block_size);
     span_set_guard(s, uint32_t(ci.span_bytes / ps));
   } else {
+    colour = span_colour(s, ci.colours);
+    capacity = (ci.span_bytes - colour) / ci.block_size;
     span_set_guard(s, 0);
   }
-  s->offset.store(uint32_t(span_base(s)), std::memory_order_relaxed);  // span.h
+  s->offset.store(uint32_t(span_base(s)) + colour, std::memory_order_relaxed);  // span.h
   s->block_size.store(ci.block_size, std::memory_order_relaxed);
   s->capacity.store(capacity, std::memory_order_relaxed);
   s->carved.store(0, std::memory_order_relaxed);
@@ -428,11 +432,13 @@ bool span_is_valid(const Span* s) {
   uint32_t capacity = s->capacity.load(std::memory_order_relaxed);
   uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
   if (carved > capacity) ok = report_invariant("span: carved > capacity", i);
-  if (uint64_t(capacity) * bsize > s->committed.load(std::memory_order_relaxed))
+  const uint32_t colour = s->offset.load(std::memory_order_relaxed) - uint32_t(span_base(s));
+  if (colour + uint64_t(capacity) * bsize > s->committed.load(std::memory_order_relaxed))
     ok = report_invariant("span: blocks beyond committed memory", i);
-  if (s->offset.load(std::memory_order_relaxed) != uint32_t(span_base(s)) ||
+  const uint32_t cls = s->cls.load(std::memory_order_relaxed);
+  if ((colour != 0 && (cls >= kClassCount || colour != span_colour(s, class_info(cls).colours))) ||
       s->committed.load(std::memory_order_relaxed) > kVspanSize)
-    ok = report_invariant("span: blocks not at the span's base, or past its vspan", i);
+    ok = report_invariant("span: blocks not at the span's base or its colour, or past its vspan", i);
   if (a.count > carved) ok = report_invariant("span: more free blocks than carved", i);
   // Walk the list: it must hold exactly count blocks, each a block start.
   uintptr_t base = span_blocks(s);

@@ -39,7 +39,7 @@
 //               the pool or a run cache), before publishing it with a CAS.
 //               cls stays when the span is freed (kNoClass for run pieces).
 //   offset      small span: the low 32 bits of block 0's address (the
-//               vspan's base), which the block check subtracts from a
+//               vspan's base plus its colour), which the block check subtracts from a
 //               pointer's low bits as they are (secure.h); large head: where
 //               the block starts, from base.
 //   carved      the owning LAB while HOT; stable in every other state.
@@ -54,8 +54,9 @@
 //   state in {FULL, PARTIAL}: count <= carved <= capacity, list has count blocks
 //   state FULL:    count + (capacity - carved) <  reuse threshold
 //   state PARTIAL: count < carved (else it would be FREE)
-//   capacity * block_size <= committed <= kVspanSize,
-//   offset == low 32 bits of base (small spans)
+//   colour + capacity * block_size <= committed <= kVspanSize,
+//   offset == low 32 bits of base + colour, the colour 0 or span_colour
+//   (small spans)
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -124,9 +125,12 @@ static_assert(sizeof(Span) == 64, "a span descriptor is one cache line");
 // or a piece of a free run.
 constexpr unsigned kNoClass = kClassCount;
 
-// A span's committed bytes and a small span's blocks start at its vspan's
-// base. (Until Stop 52 a small span smaller than its vspan started at a cache
-// colour within it; every class's span fills its vspan now: docs/design.md.)
+// A span's committed bytes start at its vspan's base, and a small span's
+// blocks at its base plus its colour (size_class.h): 0 for a class with one
+// colour and in secure mode, else span_colour. (Until Stop 52 a small span
+// smaller than its vspan started at a colour of 64 KiB steps within it; every
+// class's span fills its vspan now: docs/design.md.) span_colour and
+// span_blocks are in arena.h, with the descriptor's index.
 
 // Block index (the anchor's unit) <-> address, for a span whose block 0 is at base.
 FW_INLINE uint32_t block_index(uintptr_t base, const void* p) {

@@ -97,13 +97,14 @@ void stats_fill(fw_stats_t* out) {
   out->spans_pooled = pool_span_count();
   out->threads_live = lab_threads_live();
   out->threads_created = lab_threads_created();
-  out->class_count = kClassCount;
+  // By size: a plain twin's counts go to the class of its size (size_class.h).
+  out->class_count = kSizeClasses;
   for (unsigned c = 0; c < kClassCount; c++) {
-    fw_class_stats& cs = out->classes[c];
+    fw_class_stats& cs = out->classes[sized_class(c)];
     cs.block_size = class_block_size(c);
-    cs.allocs = t.allocs[c];
-    cs.frees = t.frees[c];
-    cs.live = live_of(t, c);
+    cs.allocs += t.allocs[c];
+    cs.frees += t.frees[c];
+    cs.live += live_of(t, c);
   }
   // Span states: one pass over the descriptors of the regions handed out.
   Span* table = g_spans.load(std::memory_order_acquire);
@@ -118,7 +119,7 @@ void stats_fill(fw_stats_t* out) {
       else if (state == kFull) out->spans_full++;
       else if (state == kPartial) out->spans_partial++;
       else continue;
-      if (c < kClassCount) out->classes[c].spans++;
+      if (c < kClassCount) out->classes[sized_class(c)].spans++;
     }
   }
 }

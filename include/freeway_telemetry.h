@@ -31,8 +31,8 @@
 
 #define FWT_MAGIC 0x4d454c4554574600ull /* bytes "\0FWTELEM" read as little-endian u64 */
 #define FWT_VERSION_MAJOR 1
-#define FWT_VERSION_MINOR 3  /* 1: FWT_LAB_CPU and fwt_lab.cpu_slot (was padding); 2: fwt_span.own_free;
-                                3: FWT_LAB_PARKED */
+#define FWT_VERSION_MINOR 4  /* 1: FWT_LAB_CPU and fwt_lab.cpu_slot (was padding); 2: fwt_span.own_free;
+                                3: FWT_LAB_PARKED; 4: fwt_span.colour (was reserved) */
 #define FWT_PATH_PREFIX "/dev/shm/freeway." /* + decimal pid */
 #define FWT_EXE_MAX 256
 
@@ -148,7 +148,8 @@ typedef struct fwt_span {
   uint32_t own_free;      /* since 1.2: HOT span: blocks on its owner's list in the descriptor (the span's
                              own list, core/lab.h: its owner's frees into it, hot span or kept); a reader
                              of 1.0/1.1 records sees 0 */
-  uint32_t reserved;
+  uint32_t colour;        /* since 1.4 (was reserved, 0): HOT, FULL or PARTIAL span: bytes from its base to
+                             its block 0, its cache colour (core/size_class.h); 0 otherwise */
 } fwt_span;
 
 typedef struct fwt_lab {

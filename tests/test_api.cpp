@@ -517,6 +517,41 @@ TEST_CASE("posix_memalign, aligned_alloc, memalign and fw_malloc_aligned honour 
   check_alignments(1, 8 * MiB, false);
 }
 
+TEST_CASE("blocks of 128 B to 1 KiB asked for with more than 64 bytes' alignment are aligned, while plain ones of "
+          "those sizes lie at cache colours, aligned to 64 bytes") {
+  // Plain blocks of a coloured class (core/size_class.h) start at a colour,
+  // a multiple of 64 bytes; aligned allocation past 64 takes the class's
+  // plain twin, interleaved with plain allocations of the same size.
+  for (size_t size : {size_t(128), size_t(256), size_t(384), size_t(640), size_t(768), size_t(1024)}) {
+    std::vector<void*> plain, aligned;
+    size_t off_128 = 0;
+    // Up to 64 spans' worth of plain blocks, until one is off 128 bytes (the
+    // colours are in use): a span of these classes takes colour 0 in at most
+    // half the cases.
+    for (size_t i = 0; i < 64 * (256 * KiB / size) && off_128 == 0; i++) {
+      void* p = malloc(opaque(size));
+      REQUIRE(p != nullptr);
+      CHECK(aligned_to(p, 64));
+      off_128 += !aligned_to(p, 128);
+      plain.push_back(p);
+      if (i % 16 != 0) continue;
+      size_t a = size & (0 - size);  // the size's power of two
+      void* q = nullptr;
+      REQUIRE(posix_memalign(&q, a, size) == 0);
+      CHECK(aligned_to(q, a));
+      aligned.push_back(q);
+      q = aligned_alloc(opaque(size_t(128)), size);
+      REQUIRE(q != nullptr);
+      CHECK(aligned_to(q, 128));
+      aligned.push_back(q);
+    }
+    INFO("size ", size);
+    CHECK(off_128 > 0);
+    for (void* p : plain) free(p);
+    for (void* q : aligned) free(q);
+  }
+}
+
 TEST_CASE("posix_memalign, aligned_alloc, memalign and fw_malloc_aligned honour alignments of 16, 32 and 64 MiB") {
   check_alignments(16 * MiB, 64 * MiB, false);
 }

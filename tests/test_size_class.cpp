@@ -32,7 +32,7 @@ TEST_CASE("classes step by 16 bytes below 128 and four per doubling above") {
   for (unsigned c = 0; c < 8; c++) CHECK(class_block_size(c) == 16 * (c + 1));
   for (size_t b = 128; b < kSmallMax; b *= 2) {
     unsigned in_doubling = 0;
-    for (unsigned c = 0; c < kClassCount; c++)
+    for (unsigned c = 0; c < kSizeClasses; c++)
       if (class_block_size(c) > b && class_block_size(c) <= 2 * b) in_doubling++;
     CHECK(in_doubling == 4);
   }
@@ -56,8 +56,40 @@ TEST_CASE("aligned class lookup gives block sizes that are multiples of the alig
       }
       if (c == kClassCount) continue;  // no class: the caller uses a large block
       CHECK(class_block_size(c) % align == 0);
+      CHECK(class_align(c) % align == 0);  // the colour too (past 64 bytes, a plain twin)
       CHECK(class_block_size(c) >= n);
     }
   }
   CHECK(class_of_aligned(kSmallMax + 1, 16) == kClassCount);
+}
+
+TEST_CASE("the coloured classes are those of 128 B to 1 KiB that are multiples of 128, each with a plain twin of its "
+          "size, which only aligned allocation past 64 bytes takes") {
+  unsigned coloured = 0;
+  for (unsigned c = 0; c < kSizeClasses; c++) {
+    const uint32_t bs = class_block_size(c);
+    const bool want = bs % 128 == 0 && bs <= 1024;
+    CHECK((class_info(c).colours > 1) == want);
+    if (!want) {
+      CHECK(plain_class(c) == c);
+      continue;
+    }
+    coloured++;
+    // 2^k / 64 colours, 2^k the size's power of two: 16 for 1 KiB, 2 for 640 B.
+    CHECK(class_info(c).colours == (bs & (0u - bs)) / 64);
+    CHECK(class_align(c) == 64);
+    const unsigned t = plain_class(c);
+    CHECK(t >= kSizeClasses);
+    CHECK(t < kClassCount);
+    CHECK(class_block_size(t) == bs);
+    CHECK(class_info(t).colours == 1);
+    CHECK(class_align(t) == (bs & (0u - bs)));
+    CHECK(class_of_aligned(bs, 64) == c);
+    CHECK(class_of_aligned(bs, 128) == t);
+  }
+  CHECK(coloured == kPlainTwins);
+  CHECK(class_info(class_of(1024)).colours == 16);
+  CHECK(class_info(class_of(640)).colours == 2);
+  CHECK(class_info(class_of(2048)).colours == 1);
+  for (size_t n = 1; n <= kSmallMax; n++) REQUIRE(class_of(n) < kSizeClasses);
 }

@@ -41,7 +41,9 @@ TEST_CASE("class_sized_free_fits agrees with sized_free_fits for every class and
 TEST_CASE("a block's own size and the smallest size its class serves fit, and one byte more does not") {
   for (unsigned c = 0; c < kClassCount; c++) {
     const size_t holds = class_block_size(c);
-    const size_t smallest = c == 0 ? 1 : class_block_size(c - 1) + 1;  // a malloc of it gives class c
+    // A malloc of it gives class c (or, for a plain twin, the class of its size).
+    const unsigned sized = sized_class(c);
+    const size_t smallest = sized == 0 ? 1 : class_block_size(sized - 1) + 1;
     CHECK(class_sized_free_fits(holds, c, false));
     CHECK(class_sized_free_fits(smallest, c, false));
     CHECK_FALSE(class_sized_free_fits(holds + 1, c, false));

@@ -138,13 +138,54 @@ TEST_CASE("a span taken from the pool becomes HOT for its owner and carves every
   CHECK(s->owner.load() == &g_owner);
   CHECK(blocks.size() == s->capacity.load());
   CHECK(s->capacity.load() <= class_info(c).capacity);  // secure mode keeps a guard page
-  // Block 0 sits at the vspan's base, and the span fits in the vspan.
+  // Block 0 sits at the vspan's base plus the span's colour, and the span fits in the vspan.
   uintptr_t base = span_blocks(s);
-  CHECK(base == span_base(s));
+  CHECK(base == span_base(s) + (secure_mode() ? 0 : span_colour(s, class_info(c).colours)));
+  CHECK(base - span_base(s) + s->capacity.load() * class_block_size(c) <= kVspanSize);
   CHECK(class_info(c).span_bytes <= kVspanSize);
   for (size_t i = 0; i < blocks.size(); i++)
     CHECK(reinterpret_cast<uintptr_t>(blocks[i]) == base + i * class_block_size(c));
   CHECK(span_is_valid(s));
+  span_release(s, nullptr);
+}
+
+TEST_CASE("spans of a coloured class start their blocks at a colour in 64-byte steps below the size's power of two, "
+          "nearby spans at different colours, and a plain twin's spans at the base with every block aligned to its "
+          "size") {
+  REQUIRE(arena_init());
+  const unsigned c = class_of(1024);
+  REQUIRE(class_info(c).colours == 16);
+  // Any 16 descriptors in a row take at least 12 colours (the hash's spread).
+  for (uint32_t first : {0u, 5u, 1000u, 4093u}) {
+    std::vector<uint32_t> seen;
+    for (uint32_t i = first; i < first + 16; i++) seen.push_back(span_colour(span_at(i), 16));
+    std::sort(seen.begin(), seen.end());
+    CHECK(std::unique(seen.begin(), seen.end()) - seen.begin() >= 12);
+  }
+  CHECK(span_colour(span_at(7), 1) == 0);
+  for (int i = 0; i < 16; i++) {
+    Span* s = pool_take_span(0);
+    REQUIRE(s != nullptr);
+    REQUIRE(span_make_hot(s, c, &g_owner));
+    const uintptr_t colour = span_blocks(s) - span_base(s);
+    CHECK(colour == span_colour(s, 16));
+    CHECK(colour % 64 == 0);
+    CHECK(colour < 1024);
+    CHECK(s->capacity.load() == (kVspanSize - colour) / 1024);  // 256 blocks, or 255 past a colour
+    auto blocks = carve_all(s);
+    CHECK(reinterpret_cast<uintptr_t>(blocks.back()) + 1024 <= span_base(s) + kVspanSize);
+    CHECK(span_is_valid(s));
+    for (void* p : blocks) span_free_remote(s, p);
+    span_release(s, nullptr);
+    CHECK(anchor_of(s).state == kFree);
+  }
+  Span* s;
+  auto blocks = hot_span_all_carved(s, plain_class(c));
+  CHECK(span_blocks(s) == span_base(s));
+  CHECK(blocks.size() == 256);
+  for (void* p : blocks) CHECK(reinterpret_cast<uintptr_t>(p) % 1024 == 0);
+  CHECK(span_is_valid(s));
+  for (void* p : blocks) span_free_remote(s, p);
   span_release(s, nullptr);
 }
 

@@ -195,15 +195,19 @@ std::vector<std::string> check_spans(const Snapshot& s) {
     if (sp.carved > sp.capacity) say(i, sp, "carved > capacity");
     if (uint64_t(sp.remote_count) + sp.own_free > sp.carved)
       say(i, sp, "more free blocks than carved (remote_count + own_free > carved)");
-    // Secure mode gives up a span's last page to its guard page (FWT_SPAN_GUARD).
+    // Secure mode gives up a span's last page to its guard page (FWT_SPAN_GUARD);
+    // a span with a colour (1.4) holds the blocks that fit past it.
+    if (sp.colour != 0 && sp.colour >= k.block_size) say(i, sp, "colour not below its block size");
     if ((sp.flags & FWT_SPAN_GUARD) == 0) {
-      if (sp.capacity != k.capacity) say(i, sp, "capacity differs from its class's");
+      const uint64_t capacity =
+          sp.colour == 0 || sp.colour >= k.span_bytes ? k.capacity : (k.span_bytes - sp.colour) / k.block_size;
+      if (sp.capacity != capacity) say(i, sp, "capacity differs from its class's past its colour");
     } else {
       const bool room = k.block_size != 0 && s.page_size <= k.span_bytes;
       const uint64_t capacity = room ? (k.span_bytes - s.page_size) / k.block_size : 0;
       if (sp.capacity != capacity) say(i, sp, "capacity differs from its class's less a guard page");
     }
-    if (uint64_t(sp.capacity) * k.block_size > sp.committed) say(i, sp, "blocks beyond committed memory");
+    if (sp.colour + uint64_t(sp.capacity) * k.block_size > sp.committed) say(i, sp, "blocks beyond committed memory");
     if (sp.committed > vspan_bytes) say(i, sp, "committed beyond its virtual span");
     if (sp.state == FWT_SPAN_HOT) continue;
     // FULL and PARTIAL: floating spans, no owner, at least one block in use.
