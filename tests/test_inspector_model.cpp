@@ -762,6 +762,34 @@ TEST_CASE("check_spans accepts a secure-mode span whose last page is its guard p
   CHECK(v[0].find("less a guard page") != std::string::npos);
 }
 
+TEST_CASE("check_spans accepts a span whose blocks start at a colour and hold one block fewer, and no other "
+          "capacity or colour") {
+  SegmentBuilder sb = small_heap();
+  sb.spans[2].colour = 512;  // class 1: 1024-byte blocks in 64 KiB, 63 past a colour of 512 bytes
+  sb.spans[2].capacity = 63;
+  sb.spans[2].carved = 63;
+  sb.spans[2].remote_count = 50;
+  fwi::Snapshot s;
+  REQUIRE(take_error(sb.build(), &s) == "");
+  CHECK(fwi::check_spans(s).empty());
+  // The class's capacity is wrong past a colour (and its last block would end
+  // past the span's committed bytes).
+  sb.spans[2].capacity = 64;
+  sb.spans[2].carved = 64;
+  REQUIRE(take_error(sb.build(), &s) == "");
+  auto v = fwi::check_spans(s);
+  REQUIRE(v.size() == 2);
+  CHECK(v[0].find("past its colour") != std::string::npos);
+  CHECK(v[1].find("blocks beyond committed memory") != std::string::npos);
+  sb.spans[2].colour = 1024;  // a colour is below the block size
+  sb.spans[2].capacity = 63;
+  sb.spans[2].carved = 63;
+  REQUIRE(take_error(sb.build(), &s) == "");
+  v = fwi::check_spans(s);
+  REQUIRE(v.size() == 1);
+  CHECK(v[0].find("colour not below its block size") != std::string::npos);
+}
+
 namespace {
 // Builds sb into s and checks that check_spans finds exactly one violation:
 // span 1 (FULL, class 0) past its reuse threshold.
