@@ -110,12 +110,13 @@ FW_INLINE uintptr_t span_base(const Span* s) {
 FW_INLINE uint32_t span_colour(const Span* s, uint32_t colours) {
   return (((span_index(s) * 0x9E3779B1u) >> 28) & (colours - 1)) * kColourStep;
 }
-// Address of block 0 of small span s: its base plus its colour (span.h), which
-// the low 32 bits of block 0's address in `offset` carry.
-FW_INLINE uintptr_t span_blocks(const Span* s) {
-  const uintptr_t base = span_base(s);
-  return base + uint32_t(s->offset.load(std::memory_order_relaxed) - uint32_t(base));
+// The colour small span s took (span.h): block 0's offset from its base, from
+// the low 32 bits of block 0's address that `offset` carries.
+FW_INLINE uint32_t span_colour_of(const Span* s) {
+  return s->offset.load(std::memory_order_relaxed) - uint32_t(span_base(s));
 }
+// Address of block 0 of small span s: its base plus its colour.
+FW_INLINE uintptr_t span_blocks(const Span* s) { return span_base(s) + span_colour_of(s); }
 FW_INLINE const Region* region_of_span(const Span* s) { return &g_regions[span_index(s) / kVspansPerRegion]; }
 
 // Frontiers. Fresh vspans come from the current region of one of two

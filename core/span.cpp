@@ -432,7 +432,7 @@ bool span_is_valid(const Span* s) {
   uint32_t capacity = s->capacity.load(std::memory_order_relaxed);
   uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
   if (carved > capacity) ok = report_invariant("span: carved > capacity", i);
-  const uint32_t colour = s->offset.load(std::memory_order_relaxed) - uint32_t(span_base(s));
+  const uint32_t colour = span_colour_of(s);
   if (colour + uint64_t(capacity) * bsize > s->committed.load(std::memory_order_relaxed))
     ok = report_invariant("span: blocks beyond committed memory", i);
   const uint32_t cls = s->cls.load(std::memory_order_relaxed);

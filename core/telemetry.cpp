@@ -100,7 +100,7 @@ void mirror_span(const Span& d, fwt_span* out) {
     if (a.state == kHot) r.own_free = own_count(&d);
     // A small span's colour: block 0's offset from its base (arena.h).
     if (a.state == kHot || a.state == kFull || a.state == kPartial)
-      r.colour = d.offset.load(std::memory_order_relaxed) - uint32_t(span_base(&d));
+      r.colour = span_colour_of(&d);
     // acquire fence: the field loads above happen before the anchor re-read.
     std::atomic_thread_fence(std::memory_order_acquire);
     if (d.anchor.load(std::memory_order_relaxed) == before) break;
