@@ -62,6 +62,8 @@ std::wstring here() {
 struct Child {
   HANDLE process = nullptr, in = nullptr, out = nullptr, err = nullptr;
   DWORD pid = 0;
+  DWORD start_error = 0;  // GetLastError of the last CreateProcessW that failed
+  int refused = 0;        // starts that CreateProcessW refused before this one
 };
 
 Child start(const std::wstring& cmd) {
@@ -79,12 +81,24 @@ Child start(const std::wstring& cmd) {
   si.hStdOutput = out_w;
   si.hStdError = err_w;
   PROCESS_INFORMATION pi{};
-  std::wstring line = cmd;
   std::wstring dir = here();
-  if (CreateProcessW(nullptr, line.data(), nullptr, nullptr, TRUE, 0, nullptr, dir.c_str(), &si, &pi)) {
-    c.process = pi.hProcess;
-    c.pid = pi.dwProcessId;
-    CloseHandle(pi.hThread);
+  // wine has once refused to start a plain test program (Stop 53's CI: no
+  // output, no exit code) while other wine processes started; a refused start
+  // is tried again, up to three times, and reported, so that a test fails on
+  // what the program did, not on whether the harness could launch it.
+  for (int attempt = 0; attempt < 3 && c.process == nullptr; ++attempt) {
+    std::wstring line = cmd;
+    if (CreateProcessW(nullptr, line.data(), nullptr, nullptr, TRUE, 0, nullptr, dir.c_str(), &si, &pi)) {
+      c.process = pi.hProcess;
+      c.pid = pi.dwProcessId;
+      CloseHandle(pi.hThread);
+    } else {
+      c.start_error = GetLastError();
+      ++c.refused;
+      std::fprintf(stderr, "CreateProcessW refused a start (error %lu), attempt %d of 3\n",
+                   static_cast<unsigned long>(c.start_error), attempt + 1);
+      Sleep(250);
+    }
   }
   CloseHandle(in_r);
   CloseHandle(out_w);
@@ -103,10 +117,12 @@ std::string read_all(HANDLE h) {
 struct Ran {
   DWORD code = DWORD(-1);
   std::string out, err;
+  DWORD start_error = 0;  // nonzero when the program never started
 };
 
 Ran finish(Child& c) {
   Ran r;
+  if (c.process == nullptr) r.start_error = c.start_error;
   CloseHandle(c.in);
   r.out = read_all(c.out);
   r.err = read_all(c.err);
@@ -139,6 +155,8 @@ Ran plain_and_injected(const std::wstring& program) {
   Ran inj = run(injected(program));
   CAPTURE(plain.out);
   CAPTURE(inj.err);
+  CAPTURE(plain.start_error);
+  CAPTURE(inj.start_error);
   CHECK(plain.code == 0);
   CHECK(inj.code == 0);
   CHECK(!plain.out.empty());
