@@ -63,7 +63,6 @@ struct Child {
   HANDLE process = nullptr, in = nullptr, out = nullptr, err = nullptr;
   DWORD pid = 0;
   DWORD start_error = 0;  // GetLastError of the last CreateProcessW that failed
-  int refused = 0;        // starts that CreateProcessW refused before this one
 };
 
 Child start(const std::wstring& cmd) {
@@ -82,10 +81,11 @@ Child start(const std::wstring& cmd) {
   si.hStdError = err_w;
   PROCESS_INFORMATION pi{};
   std::wstring dir = here();
-  // wine has once refused to start a plain test program (Stop 53's CI: no
-  // output, no exit code) while other wine processes started; a refused start
-  // is tried again, up to three times, and reported, so that a test fails on
-  // what the program did, not on whether the harness could launch it.
+  // A plain test program once never started under wine (Stop 53's CI: no
+  // output, the exit code still Ran's initial -1), and reruns did not repeat
+  // it. A refused start is tried again, up to three times, each refusal
+  // printed with its error, so that a test fails on what the program did, not
+  // on whether the harness could launch it.
   for (int attempt = 0; attempt < 3 && c.process == nullptr; ++attempt) {
     std::wstring line = cmd;
     if (CreateProcessW(nullptr, line.data(), nullptr, nullptr, TRUE, 0, nullptr, dir.c_str(), &si, &pi)) {
@@ -94,7 +94,6 @@ Child start(const std::wstring& cmd) {
       CloseHandle(pi.hThread);
     } else {
       c.start_error = GetLastError();
-      ++c.refused;
       std::fprintf(stderr, "CreateProcessW refused a start (error %lu), attempt %d of 3\n",
                    static_cast<unsigned long>(c.start_error), attempt + 1);
       Sleep(250);
