@@ -75,7 +75,7 @@ struct SizedRanges {
 constexpr SizedRanges make_sized_ranges() {
   SizedRanges t{};
   for (unsigned c = 0; c < kClassCount; c++) {
-    const uint64_t holds = detail::block_size_of(c);
+    const uint64_t holds = kClassTables.info[c].block_size;
     for (unsigned aligned = 0; aligned < 2; aligned++) {
       // The smallest size it allows: sizes up to the block are allowed from
       // some size on, so a binary search finds it (counting up to it tested

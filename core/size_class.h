@@ -75,16 +75,6 @@ constexpr bool sized_coloured(unsigned c) {
   const uint32_t bs = size_of_sized(c);
   return bs % 128 == 0 && bs <= 1024;
 }
-// The coloured class whose plain twin is class kSizeClasses + k.
-constexpr unsigned twin_base(unsigned k) {
-  unsigned c = 0;
-  for (unsigned seen = 0;; c++) {
-    if (sized_coloured(c) && seen++ == k) return c;
-  }
-}
-constexpr uint32_t block_size_of(unsigned c) {
-  return c < kSizeClasses ? size_of_sized(c) : size_of_sized(twin_base(c - kSizeClasses));
-}
 struct Tables {
   ClassInfo info[kClassCount];
   uint8_t small[kSmallTableMax / 16 + 1];
@@ -92,14 +82,17 @@ struct Tables {
 };
 constexpr Tables make_tables() {
   Tables t{};
-  for (unsigned c = 0; c < kClassCount; c++) {
-    uint32_t bs = block_size_of(c);
-    uint32_t sb = uint32_t(kVspanSize);  // every class's span is a whole vspan (above)
-    uint32_t colours = 1;
-    if (c < kSizeClasses && sized_coloured(c)) {
-      colours = (bs & (0u - bs)) / kColourStep;  // 2^k / 64
-    }
+  const uint32_t sb = uint32_t(kVspanSize);  // every class's span is a whole vspan (above)
+  unsigned next_twin = kSizeClasses;
+  for (unsigned c = 0; c < kSizeClasses; c++) {
+    const uint32_t bs = size_of_sized(c);
+    const uint32_t colours = sized_coloured(c) ? (bs & (0u - bs)) / kColourStep : 1;  // 2^k / 64
     t.info[c] = ClassInfo{bs, sb, sb / bs, colours};
+    t.twin[c] = uint8_t(c);
+    if (colours > 1) {  // its plain twin: the same blocks, spans with no colour
+      t.twin[c] = uint8_t(next_twin);
+      t.info[next_twin++] = ClassInfo{bs, sb, sb / bs, 1};
+    }
   }
   for (unsigned i = 0; i <= kSmallTableMax / 16; i++) {
     uint32_t n = i * 16;
@@ -107,7 +100,6 @@ constexpr Tables make_tables() {
     while (t.info[c].block_size < n) c++;
     t.small[i] = uint8_t(c);
   }
-  for (unsigned c = 0, k = 0; c < kSizeClasses; c++) t.twin[c] = uint8_t(sized_coloured(c) ? kSizeClasses + k++ : c);
   return t;
 }
 constexpr unsigned coloured_count() {
