@@ -110,13 +110,14 @@ TEST_CASE("the first arena region reserves a few MiB and grows in place as vspan
     return;
   }
   // Address space right after the first vspan: the table's first slice (or,
-  // with no zone, the whole 64 MiB table) and a few MiB of region, not the GiB
+  // with no zone, the whole table) and a few MiB of region, not the GiB
   // of a whole region.
 #if !defined(FW_TSAN)
   CHECK(arena_zoned());  // ThreadSanitizer's shadow memory is where the zone would go
 #endif
   CHECK(size <= 8 * kVspanSize);
-  const uint64_t table = arena_zoned() ? kVspanSize : size_t(kMaxRegions) * kVspansPerRegion * sizeof(Span) + kVspanSize;
+  const uint64_t slice = size_t(kVspansPerRegion) * sizeof(Span);
+  const uint64_t table = arena_zoned() ? slice : size_t(kMaxRegions) * slice + kVspanSize;
   CHECK(arena_reserved_bytes() <= size + table);
   CHECK(arena_owns(reinterpret_cast<void*>(base + size - 1)));
   CHECK_FALSE(arena_owns(reinterpret_cast<void*>(base + size)));
