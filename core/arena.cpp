@@ -115,7 +115,6 @@ void slice_init(uint32_t r, uint32_t from, uint32_t to) {
     slice[i].anchor.store(Anchor{0, 0, kFree, false, uint32_t(tag)}.pack(), std::memory_order_relaxed);
     slice[i].owner.store(nullptr, std::memory_order_relaxed);
     slice[i].committed.store(0, std::memory_order_relaxed);
-    slice[i].huge.store(0, std::memory_order_relaxed);
     slice[i].cls.store(uint16_t(kNoClass), std::memory_order_release);  // its window is its base
     slice[i].run_len.store(0, std::memory_order_relaxed);
   }

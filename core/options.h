@@ -24,8 +24,7 @@ namespace fw {
   X(secure, 0, 0, 1, "1: tail canaries, free fill and quarantine (secure_heap.h), encoded free lists, guard pages") \
   X(telemetry, 0, 0, 1, "1: publish the heap's state for freeway-inspect in /dev/shm/freeway.<pid>") \
   X(percpu, 2, 0, 2, "caches per CPU through rseq (Linux x86-64): 0 per-thread, 1 per-CPU (warns if it cannot), 2 per-CPU once threads are more than twice the CPUs and 16 and their caches hold more than 32 MiB") \
-  X(telemetry_hz, 20, 1, 1000, "telemetry snapshots per second")                                \
-  X(huge_pages, 1, 0, 1, "1: the 2 MiB extents wholly inside a large block's committed bytes may be backed by transparent huge pages (Linux), 0: small pages only")
+  X(telemetry_hz, 20, 1, 1000, "telemetry snapshots per second")
 
 enum class Option : unsigned {
 #define FW_OPTION_ENUM(name, def, least, most, doc) name,

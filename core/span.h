@@ -126,10 +126,6 @@ struct alignas(128) Span {
   std::atomic<uint32_t> run_len;
   std::atomic<uint32_t> offset;
   std::atomic<uint64_t> committed;
-  // 1: the huge-page extent this vspan starts (huge_pages.h) is advised for
-  // huge pages. Only on an arena region's vspans whose index is a multiple of
-  // an extent's vspans; written by whoever holds the run it lies in.
-  std::atomic<uint8_t> huge;
   // The second line: written by frees.
   alignas(64) std::atomic<uint64_t> anchor;
   std::atomic<uint32_t> pool_next;

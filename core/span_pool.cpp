@@ -4,7 +4,6 @@
 #include <atomic>
 
 #include "core/arena.h"
-#include "core/huge_pages.h"
 #include "core/options.h"
 #include "core/report.h"
 #include "core/tagged_stack.h"
@@ -746,7 +745,6 @@ void pool_give_large(Span* head, uint32_t len) { give(head, len, true); }
 void span_trim(Span* s, uint64_t bytes) {
   uint64_t c = s->committed.load(std::memory_order_relaxed);
   if (c <= bytes) return;
-  huge_pages_decommitting(s, bytes, c);
   uintptr_t at = span_base(s) + bytes;
   os::decommit(reinterpret_cast<void*>(at), c - bytes);
   telemetry_event(FWT_EV_DECOMMIT, span_index(s), at, c - bytes);
@@ -762,7 +760,6 @@ bool span_commit(Span* s, uint64_t bytes) {
   telemetry_event(FWT_EV_COMMIT, span_index(s), at, bytes - c);
   s->committed.store(bytes, std::memory_order_relaxed);
   count_committed(int64_t(bytes - c));
-  huge_pages_committed(s, c, bytes);
   return true;
 }
 

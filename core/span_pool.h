@@ -101,12 +101,9 @@ void pool_give_large(Span* head, uint32_t run_len);
 constexpr uint64_t kLastRunMax = 4u << 20;
 
 // A span's committed bytes are the first `committed` bytes from its base.
-// Makes the span's first `bytes` usable (and counts them); the huge-page
-// extents that now lie wholly inside them are advised for huge pages
-// (huge_pages.h).
+// Makes the span's first `bytes` usable (and counts them).
 bool span_commit(Span* s, uint64_t bytes);
-// Gives back what the span (or run head) committed beyond its first `bytes`,
-// after advising every huge-page extent that meets them against huge pages.
+// Gives back what the span (or run head) committed beyond its first `bytes`.
 void span_trim(Span* s, uint64_t bytes);
 // Before a span held exclusively is used for class cls (kNoClass: a large or
 // huge block): sets its class. Its committed pages stay: every use starts at

@@ -54,17 +54,6 @@ bool protect(void* p, size_t size, bool accessible);
 // vm.max_map_count (/proc/sys/vm/max_map_count); Windows: 0.
 size_t map_count_limit();
 
-// The size of the huge pages the OS can back ordinary memory with on request
-// (Linux: transparent huge pages, hpage_pmd_size, 2 MiB on x86-64), or 0 when
-// there are none to ask for (THP disabled with "never", another OS). Read once.
-size_t huge_page_size();
-// Asks the OS to back [p, p+size) with huge pages from the next fault on
-// (on), or to stop (off; pages already there stay as they are). Both ends
-// aligned to huge_page_size(). On Linux each call may split a mapping, so that
-// advised ranges count against map_count_limit like guard pages. False if the
-// OS refused; nothing changed then. errno is left as it was.
-bool advise_huge_pages(void* p, size_t size, bool on);
-
 // Small zero-filled mappings for the allocator's own metadata (never freed).
 void* alloc_metadata(size_t size);
 

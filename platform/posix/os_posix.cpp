@@ -223,39 +223,6 @@ size_t map_count_limit() {
 #endif
 }
 
-size_t huge_page_size() {
-  static std::atomic<size_t> cached{~size_t(0)};
-  size_t v = cached.load(std::memory_order_relaxed);
-  if (v != ~size_t(0)) return v;
-  v = 0;
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  // "always [madvise] never": the bracketed word is the mode. Under "never"
-  // the advice is taken but has no effect, and would split mappings for nothing.
-  char mode[128];
-  if (read_small_file("/sys/kernel/mm/transparent_hugepage/enabled", mode, sizeof mode) != 0 &&
-      strstr(mode, "[never]") == nullptr) {
-    char size[32];
-    read_small_file("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", size, sizeof size);
-    v = size_t(decimal_at(size));
-    if (v & (v - 1)) v = 0;  // not a power of two: not a size this code can align to
-  }
-#endif
-  cached.store(v, std::memory_order_relaxed);  // racing readers read the same figure
-  return v;
-}
-
-bool advise_huge_pages(void* p, size_t size, bool on) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  const int saved = errno;
-  const bool ok = madvise(p, size, on ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0;
-  errno = saved;
-  return ok;
-#else
-  (void)p, (void)size, (void)on;
-  return false;
-#endif
-}
-
 void* alloc_metadata(size_t size) {
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   return p == MAP_FAILED ? nullptr : p;

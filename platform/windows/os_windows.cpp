@@ -134,11 +134,6 @@ bool protect(void* p, size_t size, bool accessible) {
 // VirtualProtect splits an allocation's regions with no per-process count to run out of.
 size_t map_count_limit() { return 0; }
 
-// Windows' large pages are locked in memory and need SeLockMemoryPrivilege,
-// which a process does not have by default: none to ask for.
-size_t huge_page_size() { return 0; }
-bool advise_huge_pages(void*, size_t, bool) { return false; }
-
 void* alloc_metadata(size_t size) {
   KeepLastError keep;
   return VirtualAlloc(nullptr, size, MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);  // zeroed
