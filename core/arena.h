@@ -83,10 +83,9 @@ Span* span_of_owned(const void* p);
 // Descriptor of the virtual span holding p within its region's slice.
 FW_INLINE Span* span_in_slice(Span* slice, const void* p) {
   return reinterpret_cast<Span*>(reinterpret_cast<uintptr_t>(slice) +
-                                 ((reinterpret_cast<uintptr_t>(p) >> (kVspanShift - 7)) &
-                                  (uintptr_t(kVspansPerRegion - 1) << 7)));
+                                 ((reinterpret_cast<uintptr_t>(p) >> (kVspanShift - kSpanShift)) &
+                                  (uintptr_t(kVspansPerRegion - 1) << kSpanShift)));
 }
-static_assert(sizeof(Span) == 128, "span_in_slice scales by 128");
 // Descriptor of the virtual span holding p, or nullptr if p's slot is not
 // freeway's (a non-null result may still be past the reservation: arena_owns).
 FW_INLINE Span* span_of(const void* p) {

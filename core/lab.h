@@ -358,13 +358,16 @@ FW_INLINE unsigned pending_slot_in(const Lab* lab, const Span* d) {
   return unsigned(pending_key(d)) & lab->pending_mask;
 }
 // The same slot for free's fast path, as a byte offset: a descriptor's
-// address is its key times 128, so a quarter of it is the key times a slot's size,
-// and pending_offsets (the mask scaled the same way) keeps the slot's bits.
-// One shift and one masking load give the chain's offset from lab->pending,
-// which the fast path's loads and stores then use as an index.
-static_assert(sizeof(Span) == 4 * sizeof(PendingChain), "a descriptor address / 4 is its key's slot offset");
+// address is its key times sizeof(Span), so the address divided by
+// kSpanPerSlot is the key times a slot's size, and pending_offsets (the mask
+// scaled the same way) keeps the slot's bits. One shift and one masking load
+// give the chain's offset from lab->pending, which the fast path's loads and
+// stores then use as an index.
+constexpr uintptr_t kSpanPerSlot = sizeof(Span) / sizeof(PendingChain);
+static_assert(sizeof(Span) == kSpanPerSlot * sizeof(PendingChain) && (kSpanPerSlot & (kSpanPerSlot - 1)) == 0,
+              "a descriptor address / kSpanPerSlot is its key's slot offset (a shift)");
 FW_INLINE PendingChain* pending_chain_of(Lab* lab, const Span* d) {
-  const uintptr_t off = (reinterpret_cast<uintptr_t>(d) / 4) & lab->pending_offsets;
+  const uintptr_t off = (reinterpret_cast<uintptr_t>(d) / kSpanPerSlot) & lab->pending_offsets;
   return reinterpret_cast<PendingChain*>(reinterpret_cast<char*>(lab->pending) + off);
 }
 // Sets lab's slot count (a power of two, lab.h), both of its forms.

@@ -133,6 +133,10 @@ struct alignas(128) Span {
   std::atomic<uint64_t> large_size;
 };
 static_assert(sizeof(Span) == 128, "a span descriptor is two cache lines");
+// log2 of a descriptor's size: a descriptor's offset in its slice is its
+// vspan's index shifted by this much (span_in_slice).
+constexpr unsigned kSpanShift = 7;
+static_assert(sizeof(Span) == size_t(1) << kSpanShift, "kSpanShift is log2(sizeof(Span))");
 static_assert(offsetof(Span, anchor) == 64, "the fields frees write start the second line");
 
 // The class of a descriptor not used for small blocks: a large or huge block,
