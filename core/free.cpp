@@ -70,9 +70,9 @@ void free_percpu(void* p, Span* d) {
   lab_count_shared(static_cast<Lab*>(lab)->cpu_frees[c]);
 }
 
-void free_slow_sized(Lab* lab, void* p, Span* d, size_t n, bool aligned) {
+void free_slow_sized(void* p, Lab* lab, Span* d, size_t n, bool aligned) {
   check_sized(p, d, n, aligned);
-  free_slow(lab, p, d);
+  free_slow(p, lab, d);
 }
 
 namespace {
@@ -150,15 +150,15 @@ void free_with(Lab* mine, void* p, Span* d, bool checked) {
   }
 }
 
-void free_slow(Lab* lab, void* p, Span* d) {
+void free_slow(void* p, Lab* lab, Span* d) {
   if (FW_HAS_RSEQ && FW_LIKELY(lab == &g_lab_cpu)) {  // a thread in per-CPU mode (percpu.h)
     lab_leave(lab);
     return free_percpu(p, d);
   }
-  return free_slow_thread(lab, p, d);
+  return free_slow_thread(p, lab, d);
 }
 
-void free_slow_thread(Lab* lab, void* p, Span* d) {
+void free_slow_thread(void* p, Lab* lab, Span* d) {
   if (p == nullptr || d == nullptr) {  // no LAB needed
     if (p != nullptr) free_with(lab, p, nullptr, false);
     return lab_leave(lab);
@@ -176,7 +176,7 @@ void free_slow_thread(Lab* lab, void* p, Span* d) {
   lab_leave(lab_slot_after(mine));
 }
 
-void free_chain_full(Lab* lab, void* p, Span* d, size_t c) {
+void free_chain_full(void* p, Lab* lab, Span* d, size_t c) {
   lab->pending[pending_slot_in(lab, d)].room = 1;  // the fast path's decrement found it 1 (free.h)
   lab_defer_free(lab, d, p);  // may give d back to the pool: its class is the one read before
   lab_count(lab->frees[c]);

@@ -9,17 +9,21 @@
 // lab.h), not one each. For an owned span:
 //   load the thread slot; store BUSY; region map load;
 //   descriptor load; compare its owner with the LAB; block check (subtract the
-//   low bits of block 0's address, multiply, rotate, compare with carved); canary check and
+//   low bits of block 0's address, multiply by the descriptor's multiplier,
+//   rotate by a constant, compare with carved: secure.h); canary check and
 //   set; push onto the span's own list (head and count in the descriptor; a
 //   plain link, block_link_fast); restore the slot. The descriptor's fields
 //   are read by the instructions that use them, and the count is added to in
 //   place (relaxed.h). The LAB's frees[c] is not touched: the own count is
-//   the free's count until the list is taken (own_take, lab.h). A free onto
-//   a pending chain bumps frees[c].
-// 38 instructions on x86-64 up to the return (GCC 12, objdump), with no
-// register saved: the class is a size_t (no copy to widen it), and no value is
-// kept across the checks that a re-read of the descriptor can give; the pending
-// case is a branch of its own of about the same length. A free that finds
+//   the free's count until the list is taken (own_take, lab.h), so this case
+//   loads no class. A free onto a pending chain bumps frees[c].
+// 35 instructions on x86-64 up to the return (GCC 12, objdump), 44 for the
+// pending case, with no register saved: the slow paths take p first, where
+// free has it, and no value is kept across the checks that a re-read of the
+// descriptor can give. In a loop whose loads miss (bench/teardown), each
+// instruction costs about 2% of the time: the loop's misses overlap only as
+// far as its instructions fit the core's window (docs/design.md, "Fast
+// paths"). A free that finds
 // its chain full goes to free_chain_full, which gives the chain to its span
 // and starts the next. Every other case (a block of another thread's span
 // with no chain here, a large block, NULL, a bad pointer, and every free of a
@@ -39,10 +43,10 @@
 
 namespace fw {
 
-FW_NOINLINE void free_slow(Lab* lab, void* p, Span* d);  // entered with BUSY set; restores
+FW_NOINLINE void free_slow(void* p, Lab* lab, Span* d);  // entered with BUSY set; restores
 // free_slow past its first test (the CPU placeholder goes to per-CPU mode's
 // path), apart so that per-CPU frees save no registers on their way through.
-FW_NOINLINE void free_slow_thread(Lab* lab, void* p, Span* d);
+FW_NOINLINE void free_slow_thread(void* p, Lab* lab, Span* d);
 // Frees p (not null) of span d (nullptr: p is in no region's slice) with
 // `mine` as the freeing LAB, held by the caller, or a placeholder (then a
 // small block goes straight to its span). checked: p was checked and its free
@@ -105,7 +109,7 @@ void quarantine_flush();
 // "sized free of 0x... with size N, block holds M" and stopping on a mismatch.
 // Entered with BUSY set, like free_slow, and as a tail call, so the fast path
 // keeps no state across it.
-FW_NOINLINE void free_slow_sized(Lab* lab, void* p, Span* d, size_t n, bool aligned);
+FW_NOINLINE void free_slow_sized(void* p, Lab* lab, Span* d, size_t n, bool aligned);
 
 // free's path for block p (checked and canaried) of span d, of class c, whose
 // pending chain in lab (d's slot) had room 1, which the fast path's decrement
@@ -119,7 +123,7 @@ FW_NOINLINE void free_slow_sized(Lab* lab, void* p, Span* d, size_t n, bool alig
 // own LAB (placeholders hold no chains, so secure mode never gets here), and
 // d holds small blocks in use (those of the chain), so it is not free, large
 // or foreign.
-FW_NOINLINE void free_chain_full(Lab* lab, void* p, Span* d, size_t c);
+FW_NOINLINE void free_chain_full(void* p, Lab* lab, Span* d, size_t c);
 
 // The per-CPU fast path for p of span d (nullptr: p is in no region's slice),
 // reached from free_slow with the slot restored. Defined once, in free.cpp: an
@@ -147,7 +151,10 @@ FW_INLINE bool free_fast_checks(void* p, const Span* d, size_t c, size_t n, bool
     if (FW_UNLIKELY(!class_sized_free_fits(n, c, aligned))) report_sized_free(p, n, class_block_size(c));
   }
 #if FREEWAY_HARDENING
-  const uint32_t k = block_number_at(minus_relaxed(uint32_t(reinterpret_cast<uintptr_t>(p)), d->offset), c);
+  // The descriptor's multiplier (span.h), not the class's: the owned case
+  // then loads no class, and neither case a table entry.
+  const uint32_t k =
+      block_rotate(times_relaxed(minus_relaxed(uint32_t(reinterpret_cast<uintptr_t>(p)), d->offset), d->block_mul));
   if (FW_UNLIKELY(!below_relaxed(k, d->carved))) return false;
   const uint64_t canary = canary_of(p);  // after the block test: one register fewer across it
   if (FW_UNLIKELY(static_cast<uint64_t*>(p)[1] == canary)) return false;
@@ -160,17 +167,19 @@ template <bool kSized>
 FW_INLINE void free_block_impl(void* p, size_t n_size, bool aligned) {
   Lab* lab = lab_enter();
   Span* slice = region_slice_of(p);
-  if (FW_UNLIKELY(slice == nullptr)) return free_slow(lab, p, nullptr);
+  if (FW_UNLIKELY(slice == nullptr)) return free_slow(p, lab, nullptr);
   Span* d = span_in_slice(slice, p);
-  // kNoClass for a span without small blocks, which no LAB owns.
-  const size_t c = d->cls.load(std::memory_order_relaxed);
+  // The class, kNoClass for a span without small blocks (which no LAB owns),
+  // is loaded where it is used: an owned free of an unsized free uses none
+  // (the block check's multiplier is the descriptor's).
+  const auto cls = [d] { return size_t(d->cls.load(std::memory_order_relaxed)); };
   if (FW_LIKELY(equal_relaxed(d->owner, lab))) {
     // A span the LAB owns, hot or kept (lab.h): onto the span's own list,
     // even its last block in use (an empty kept span stays kept). The span's
     // own count is the only count: the list's blocks are counted as frees
     // when it is taken (own_take, lab.h).
-    if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, c, n_size, aligned)))
-      return free_slow(lab, p, d);
+    if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, kSized ? cls() : 0, n_size, aligned)))
+      return free_slow(p, lab, d);
     own_push_fast(d, p);
     return lab_leave(lab);
   } else {
@@ -182,16 +191,17 @@ FW_INLINE void free_block_impl(void* p, size_t n_size, bool aligned) {
     // once. A span with no chain here goes to free_slow, which starts one.
     PendingChain* ch = pending_chain_of(lab, d);
     if (FW_UNLIKELY(d != ch->span)) {
-      if constexpr (kSized) return free_slow_sized(lab, p, d, n_size, aligned);
-      return free_slow(lab, p, d);
+      if constexpr (kSized) return free_slow_sized(p, lab, d, n_size, aligned);
+      return free_slow(p, lab, d);
     }
     // d has a chain here, so it is a small span with blocks in use: the
     // checks apply, and a full chain needs none of free_slow's tests.
+    const size_t c = cls();
     if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, c, n_size, aligned)))
-      return free_slow(lab, p, d);
+      return free_slow(p, lab, d);
     // room >= 1 in a thread's LAB (lab.h), so one decrement in place tests
     // it: 0 now is room 1 before, which free_chain_full puts back.
-    if (FW_UNLIKELY(--ch->room == 0)) return free_chain_full(lab, p, d, c);
+    if (FW_UNLIKELY(--ch->room == 0)) return free_chain_full(p, lab, d, c);
     block_link_fast(p, ch->head);
     ch->head = p;
     lab_count(lab->frees[c]);

@@ -70,6 +70,16 @@ FW_INLINE uint32_t minus_relaxed(uint32_t x, const std::atomic<uint32_t>& m) {
 #endif
 }
 
+// x * m (mod 2^32), m loaded relaxed.
+FW_INLINE uint32_t times_relaxed(uint32_t x, const std::atomic<uint32_t>& m) {
+#if FW_FOLD_RELAXED
+  asm("imull %1, %0" : "+r"(x) : "m"(m));
+  return x;
+#else
+  return x * m.load(std::memory_order_relaxed);
+#endif
+}
+
 // m == v, m loaded relaxed.
 template <typename T>
 FW_INLINE bool equal_relaxed(const std::atomic<T*>& m, const T* v) {

@@ -4,14 +4,17 @@
 //  - Block check. A pointer freed into a small span must be the start of a
 //    carved block: with off = (p - start) mod 2^32, start being the address of
 //    the span's block 0 (whose low 32 bits the descriptor keeps, span.h), and
-//    block size d = 2^k * m (m odd), off is a multiple of d exactly when
-//    rotr32(off * inv(m), k) <= (2^32-1)/d, and the result is then off/d, the
-//    block's index. So one subtraction, one multiply, one rotate and one
-//    compare with `carved` reject interior pointers, pointers between blocks
-//    and pointers past the carved part.
-//    (Granlund-Montgomery exact division; carved * d <= kVspanSize < 2^32, so
-//    a non-multiple, whose result is above (2^32-1)/d, always fails the
-//    compare. p lies in start's vspan, which starts with block 0.)
+//    block size d = 2^s * m (m odd), rotr32(off * mul, R) with
+//    mul = 2^(R-s) * inv(m) mod 2^32 and the fixed rotate R = kBlockRotate is
+//    off/d when off is a multiple of d, and at least 2^(32-R) otherwise, above
+//    any span's capacity (proof at kBlockRotate). So one subtraction, one
+//    multiply, one rotate by a constant and one compare with `carved` reject
+//    interior pointers, pointers between blocks and pointers past the carved
+//    part. The multiplier is the class's (kClassDivs) and, for free's fast
+//    path, the descriptor's copy (span.h: block_mul), so that the path loads
+//    neither the class nor a table entry (Granlund-Montgomery exact division,
+//    with the power of two scaled up to a rotate every class shares: 3
+//    instructions fewer than a rotate by the class's own count).
 //  - Free canary. A freed block's second word holds kCanary(p) = key ^ p; malloc
 //    clears it when it hands the block out. Freeing a block whose second word
 //    already holds its canary is a double free, however many frees came in
@@ -49,20 +52,51 @@ FW_INLINE bool secure_mode() {
 }
 
 // --- block check ---
-struct ClassDiv {
-  uint32_t inv;    // inverse of the odd part of the block size, mod 2^32
-  uint32_t shift;  // power of two in the block size
-};
+// The rotate every class's block check shares. For p in the vspan of a span
+// whose block 0 is at start, n = p - start lies in (-kVspanSize, kVspanSize).
+// With d = 2^s * m, mul = 2^(R-s) * inv(m) and x = n * mul mod 2^32:
+//  - n = k * d: x = k * 2^R exactly (k < 2^(32-R)), so rotr32(x, R) = k;
+//  - x's low R bits not all 0: the rotate moves them to the top, so the result
+//    is at least 2^(32-R), above any capacity (kVspanSize / kMinAlign);
+//  - x = j * 2^R: then n * 2^(R-s) = j * m * 2^R mod 2^32, so n = j * d plus a
+//    multiple of 2^(32-R+s); a non-zero multiple is at least 2^(32-R+s), which
+//    is 2 * kVspanSize or more when R <= 31 - kVspanShift + log2(kMinAlign),
+//    while |n - j * d| < 2 * kVspanSize for the j < capacity that pass: so n
+//    is block j's start.
+// R must also be at least every block size's power of two (so 2^(R-s) is an
+// integer): the largest, kSmallMax's. With 256 KiB vspans, 16-byte
+// granules and 128 KiB blocks that leaves R = 17 alone (the asserts below).
+// tests/test_span.cpp checks every class against every n.
+constexpr unsigned kBlockRotate = 17;
 namespace detail {
-constexpr ClassDiv make_div(uint32_t d) {
-  uint32_t k = 0;
+constexpr unsigned log2_ceil(size_t v) {
+  unsigned k = 0;
+  while ((size_t(1) << k) < v) k++;
+  return k;
+}
+constexpr unsigned twos_in(uint32_t d) {
+  unsigned k = 0;
   while ((d & 1) == 0) {
     d >>= 1;
     k++;
   }
-  uint32_t inv = d;  // Newton: each step doubles the correct low bits
-  for (int i = 0; i < 5; i++) inv *= 2 - d * inv;
-  return ClassDiv{inv, k};
+  return k;
+}
+}  // namespace detail
+static_assert(kBlockRotate <= 31 - kVspanShift + detail::log2_ceil(kMinAlign),
+              "a multiple of 2^(32-R+s) other than 0 is 2 * kVspanSize or more");
+static_assert(kVspanSize / kMinAlign <= (size_t(1) << (32 - kBlockRotate)), "a failed check is above any capacity");
+
+struct ClassDiv {
+  uint32_t mul;  // 2^(kBlockRotate - s) * inv(m) mod 2^32 for block size 2^s * m, m odd
+};
+namespace detail {
+constexpr ClassDiv make_div(uint32_t d) {
+  const unsigned s = twos_in(d);
+  const uint32_t m = d >> s;
+  uint32_t inv = m;  // Newton: each step doubles the correct low bits
+  for (int i = 0; i < 5; i++) inv *= 2 - m * inv;
+  return ClassDiv{inv << (kBlockRotate - s)};
 }
 struct DivTable {
   ClassDiv div[kClassCount];
@@ -72,20 +106,30 @@ constexpr DivTable make_div_table() {
   for (unsigned c = 0; c < kClassCount; c++) t.div[c] = make_div(kClassTables.info[c].block_size);
   return t;
 }
+constexpr bool rotate_fits_every_class() {
+  for (unsigned c = 0; c < kClassCount; c++) {
+    const uint32_t d = kClassTables.info[c].block_size;
+    if (twos_in(d) > kBlockRotate || d % kMinAlign != 0) return false;
+  }
+  return true;
+}
+static_assert(rotate_fits_every_class(), "every block size is a multiple of kMinAlign with at most 2^kBlockRotate in it");
 }  // namespace detail
 inline constexpr detail::DivTable kClassDivs = detail::make_div_table();
+FW_INLINE uint32_t block_mul_of(size_t c) { return kClassDivs.div[c].mul; }
 
-// Index of the block p starts in its span of class c, whose block 0 is at an
-// address with low 32 bits `start` (the descriptor's offset, span.h), or a
-// number >= the span's capacity if p is not a block start (p, in the same
-// vspan, below block 0 wraps to an offset near 2^32).
-FW_INLINE uint32_t block_number_at(uint32_t off, size_t c) {  // off = the low 32 bits of p - start
-  uint32_t x = off * kClassDivs.div[c].inv;
-  uint32_t s = kClassDivs.div[c].shift;
-  return (x >> s) | (x << ((32 - s) & 31));
+// Index of the block p starts in its span, whose block 0 is at an address with
+// low 32 bits `start` (the descriptor's offset, span.h) and whose class's
+// multiplier is mul, or a number >= the span's capacity if p is not a block
+// start (p, in the same vspan, below block 0 wraps to an offset near 2^32).
+// block_rotate(off * mul) is the block's index (free's fast path multiplies
+// by the descriptor's copy in memory, relaxed.h).
+FW_INLINE uint32_t block_rotate(uint32_t x) { return (x >> kBlockRotate) | (x << (32 - kBlockRotate)); }
+FW_INLINE uint32_t block_number_at(uint32_t off, uint32_t mul) {  // off = the low 32 bits of p - start
+  return block_rotate(off * mul);
 }
 FW_INLINE uint32_t block_number(const void* p, size_t c, uint32_t start) {
-  return block_number_at(uint32_t(reinterpret_cast<uintptr_t>(p)) - start, c);
+  return block_number_at(uint32_t(reinterpret_cast<uintptr_t>(p)) - start, block_mul_of(c));
 }
 
 // --- canary ---

@@ -190,6 +190,7 @@ bool span_make_hot(Span* s, unsigned cls, Lab* lab) {
   }
   s->offset.store(uint32_t(span_base(s)) + colour, std::memory_order_relaxed);  // span.h
   s->block_size.store(ci.block_size, std::memory_order_relaxed);
+  s->block_mul.store(block_mul_of(cls), std::memory_order_relaxed);
   s->capacity.store(capacity, std::memory_order_relaxed);
   s->carved.store(0, std::memory_order_relaxed);
   s->run_len.store(1, std::memory_order_relaxed);
@@ -439,6 +440,10 @@ bool span_is_valid(const Span* s) {
   if ((colour != 0 && (cls >= kClassCount || colour != span_colour(s, class_info(cls).colours))) ||
       s->committed.load(std::memory_order_relaxed) > kVspanSize)
     ok = report_invariant("span: blocks not at the span's base or its colour, or past its vspan", i);
+  if (s->offset.load(std::memory_order_relaxed) != uint32_t(span_blocks(s)))
+    ok = report_invariant("span: offset is not the low bits of block 0's address", i);
+  if (cls >= kClassCount || s->block_mul.load(std::memory_order_relaxed) != block_mul_of(cls))
+    ok = report_invariant("span: block check multiplier is not its class's", i);
   if (a.count > carved) ok = report_invariant("span: more free blocks than carved", i);
   // Walk the list: it must hold exactly count blocks, each a block start.
   uintptr_t base = span_blocks(s);

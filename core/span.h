@@ -34,7 +34,7 @@
 //   owner       the LAB that claims the span (after its claim CAS), and that LAB
 //               again just before its release CAS. Read by the free fast path,
 //               which only compares it with its own LAB.
-//   cls, block_size, capacity, run_len, offset, large_size (large heads)
+//   cls, block_size, block_mul, capacity, run_len, offset, large_size (large heads)
 //               the thread that holds the span exclusively (just popped it from
 //               the pool or a run cache), before publishing it with a CAS.
 //               cls stays when the span is freed (kNoClass for run pieces).
@@ -55,8 +55,9 @@
 //   state FULL:    count + (capacity - carved) <  reuse threshold
 //   state PARTIAL: count < carved (else it would be FREE)
 //   colour + capacity * block_size <= committed <= kVspanSize,
-//   offset == low 32 bits of base + colour, the colour 0 or span_colour
-//   (small spans)
+//   offset == low 32 bits of base + colour, the colour 0 or span_colour,
+//   block_mul == block_mul_of(cls) (small spans: free's fast path checks a
+//   block with the descriptor's copy, without loading the class)
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -126,6 +127,7 @@ struct alignas(128) Span {
   std::atomic<uint32_t> run_len;
   std::atomic<uint32_t> offset;
   std::atomic<uint64_t> committed;
+  std::atomic<uint32_t> block_mul;  // small span: its class's block check multiplier (secure.h)
   // The second line: written by frees.
   alignas(64) std::atomic<uint64_t> anchor;
   std::atomic<uint32_t> pool_next;

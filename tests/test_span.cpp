@@ -2,6 +2,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <fcntl.h>
+#include <unistd.h>
 #include <vector>
 
 #include "core/arena.h"
@@ -209,6 +211,51 @@ TEST_CASE("the block check takes exactly the carved blocks' starts: not a pointe
     // Past the carved part, up to the vspan's end: block starts and others.
     for (uintptr_t q = base + carved * bsize; q < span_base(s) + kVspanSize; q += 16)
       CHECK(block_number(reinterpret_cast<void*>(q), c, start) >= carved);
+    span_release(s, nullptr);
+  }
+}
+
+TEST_CASE("the block check's shared rotate gives every class's block index at each block start and at least the "
+          "capacity anywhere else in the vspan, on both sides of block 0 (every offset, every class)") {
+  // The proof is at kBlockRotate (secure.h); this checks it for the classes
+  // as they are, over every offset a pointer in the vspan can have from
+  // block 0: (-kVspanSize, kVspanSize).
+  const int64_t span = int64_t(kVspanSize);
+  for (unsigned c = 0; c < kClassCount; c++) {
+    const int64_t d = class_block_size(c);
+    const uint32_t capacity = uint32_t(kVspanSize / d);  // the most any span of the class holds
+    const uint32_t mul = block_mul_of(c);
+    uint64_t wrong = 0;
+    for (int64_t n = -span + 1; n < span; n++) {
+      const uint32_t k = block_number_at(uint32_t(n), mul);
+      const bool start = n >= 0 && n % d == 0;
+      if (start ? k != uint32_t(n / d) : k < capacity) wrong++;
+    }
+    CAPTURE(c);
+    CAPTURE(d);
+    CHECK(wrong == 0);
+  }
+}
+
+TEST_CASE("a hot span's descriptor holds its class's block check multiplier and block 0's low address bits") {
+  for (size_t size : {16, 48, 640, 48 * 1024}) {
+    const unsigned c = class_of(size);
+    Span* s;
+    hot_span_all_carved(s, c);
+    CHECK(s->block_mul.load() == block_mul_of(c));
+    CHECK(s->offset.load() == uint32_t(span_blocks(s)));
+    CHECK(span_is_valid(s));
+    // span_is_valid sees a wrong multiplier (its report goes to /dev/null).
+    s->block_mul.store(block_mul_of(c) + 2);
+    const int saved = dup(2), null = open("/dev/null", O_WRONLY);
+    REQUIRE((saved >= 0 && null >= 0));
+    dup2(null, 2);
+    const bool valid = span_is_valid(s);
+    dup2(saved, 2);
+    close(saved);
+    close(null);
+    CHECK(!valid);
+    s->block_mul.store(block_mul_of(c));
     span_release(s, nullptr);
   }
 }
