@@ -440,8 +440,6 @@ bool span_is_valid(const Span* s) {
   if ((colour != 0 && (cls >= kClassCount || colour != span_colour(s, class_info(cls).colours))) ||
       s->committed.load(std::memory_order_relaxed) > kVspanSize)
     ok = report_invariant("span: blocks not at the span's base or its colour, or past its vspan", i);
-  if (s->offset.load(std::memory_order_relaxed) != uint32_t(span_blocks(s)))
-    ok = report_invariant("span: offset is not the low bits of block 0's address", i);
   if (cls >= kClassCount || s->block_mul.load(std::memory_order_relaxed) != block_mul_of(cls))
     ok = report_invariant("span: block check multiplier is not its class's", i);
   if (a.count > carved) ok = report_invariant("span: more free blocks than carved", i);
