@@ -170,7 +170,7 @@ FW_INLINE void free_block_impl(void* p, size_t n_size, bool aligned) {
   if (FW_UNLIKELY(slice == nullptr)) return free_slow(p, lab, nullptr);
   Span* d = span_in_slice(slice, p);
   // The class, kNoClass for a span without small blocks (which no LAB owns),
-  // is loaded where it is used: an owned free of an unsized free uses none
+  // is loaded where it is used: an owned block's unsized free uses none
   // (the block check's multiplier is the descriptor's).
   const auto cls = [d] { return size_t(d->cls.load(std::memory_order_relaxed)); };
   if (FW_LIKELY(equal_relaxed(d->owner, lab))) {
