@@ -68,22 +68,8 @@ FW_INLINE bool secure_mode() {
 // granules and 128 KiB blocks that leaves R = 17 alone (the asserts below).
 // tests/test_span.cpp checks every class against every n.
 constexpr unsigned kBlockRotate = 17;
-namespace detail {
-constexpr unsigned log2_ceil(size_t v) {
-  unsigned k = 0;
-  while ((size_t(1) << k) < v) k++;
-  return k;
-}
-constexpr unsigned twos_in(uint32_t d) {
-  unsigned k = 0;
-  while ((d & 1) == 0) {
-    d >>= 1;
-    k++;
-  }
-  return k;
-}
-}  // namespace detail
-static_assert(kBlockRotate <= 31 - kVspanShift + detail::log2_ceil(kMinAlign),
+static_assert((kMinAlign & (kMinAlign - 1)) == 0, "kMinAlign is a power of two");
+static_assert(kBlockRotate <= 31 - kVspanShift + unsigned(__builtin_ctzll(kMinAlign)),
               "a multiple of 2^(32-R+s) other than 0 is 2 * kVspanSize or more");
 static_assert(kVspanSize / kMinAlign <= (size_t(1) << (32 - kBlockRotate)), "a failed check is above any capacity");
 
@@ -92,7 +78,7 @@ struct ClassDiv {
 };
 namespace detail {
 constexpr ClassDiv make_div(uint32_t d) {
-  const unsigned s = twos_in(d);
+  const unsigned s = unsigned(__builtin_ctz(d));  // the power of two in d
   const uint32_t m = d >> s;
   uint32_t inv = m;  // Newton: each step doubles the correct low bits
   for (int i = 0; i < 5; i++) inv *= 2 - m * inv;
@@ -109,7 +95,7 @@ constexpr DivTable make_div_table() {
 constexpr bool rotate_fits_every_class() {
   for (unsigned c = 0; c < kClassCount; c++) {
     const uint32_t d = kClassTables.info[c].block_size;
-    if (twos_in(d) > kBlockRotate || d % kMinAlign != 0) return false;
+    if (unsigned(__builtin_ctz(d)) > kBlockRotate || d % kMinAlign != 0) return false;
   }
   return true;
 }
