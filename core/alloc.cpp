@@ -269,7 +269,11 @@ void* fw_realloc_impl(void* p, size_t n) {
     q = alloc_small(n);
   }
   if (q == nullptr) return nullptr;  // errno set; the old block is intact
-  std::memcpy(q, p, old < n ? old : n);
+  const size_t keep = old < n ? old : n;
+  // From a huge block to another, the pages move instead (large.h): growing
+  // a 300 MiB block by 10 bytes copied and faulted it all in 2.4 s here.
+  const size_t moved = other == nullptr && n > kLargeMax && old > kLargeMax ? huge_move_pages(q, p, d, keep) : 0;
+  std::memcpy(static_cast<char*>(q) + moved, static_cast<const char*>(p) + moved, keep - moved);
   if (other != nullptr)
     other->free(p);
   else

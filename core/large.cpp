@@ -1,6 +1,7 @@
 // core/large.cpp: large runs and huge regions (see large.h).
 #include "core/large.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -253,6 +254,23 @@ bool large_resize_in_place(void* p, Span* d, size_t size) {
   if (huge) head->run_len.store(uint32_t((offset + usable) >> kVspanShift), std::memory_order_relaxed);
   g_live_bytes.fetch_add(usable - old, std::memory_order_relaxed);
   return true;
+}
+
+size_t huge_move_pages(void* q, void* p, const Span* d, size_t bytes) {
+  const Span* from = head_of(p, d);
+  const Span* to = span_of(q);
+  if (from == nullptr || to == nullptr) return 0;
+  if (Anchor::unpack(from->anchor.load(std::memory_order_acquire)).state != kHuge ||
+      Anchor::unpack(to->anchor.load(std::memory_order_acquire)).state != kHuge)
+    return 0;
+  // A huge block starts at its region's base (huge_alloc), so both are page-aligned.
+  const uint64_t most = std::min(from->large_size.load(std::memory_order_relaxed),
+                                 to->large_size.load(std::memory_order_relaxed));
+  const size_t whole = size_t(std::min<uint64_t>(bytes, most)) & ~(os::page_size() - 1);
+  if (whole == 0 || reinterpret_cast<uintptr_t>(p) != span_base(from) ||
+      reinterpret_cast<uintptr_t>(q) != span_base(to))
+    return 0;
+  return os::move_pages(p, q, whole) ? whole : 0;
 }
 
 LargeStats large_stats() {

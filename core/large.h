@@ -37,6 +37,15 @@ size_t large_usable_size(const void* p, const Span* d);
 void* large_block_start(const void* p, const Span* d);
 // Grows or shrinks p in place when its run has room; true if it did.
 bool large_resize_in_place(void* p, Span* d, size_t size);
+// realloc's move of huge block p (descriptor d) to huge block q: moves the
+// whole pages of their first `bytes` (at most both blocks' sizes) from p's
+// region to q's without copying them (os::move_pages), and returns how many
+// bytes that was, a multiple of the page size; 0 if p or q is not a huge
+// block's start, or where the OS cannot. The caller copies the
+// rest and then frees p, whose region reads as zeros where its pages were.
+// Only between huge blocks: each has a region of its own that is released
+// whole, so the mappings a move splits do not outlive the blocks.
+size_t huge_move_pages(void* q, void* p, const Span* d, size_t bytes);
 
 struct LargeStats {
   uint64_t live_bytes, allocs, frees, live_spans;

@@ -48,6 +48,15 @@ bool commit(void* p, size_t size);
 bool decommit(void* p, size_t size);
 // Makes [p, p+size) inaccessible (guard pages) or accessible again.
 bool protect(void* p, size_t size, bool accessible);
+// Moves the physical pages of [from, from+size) to [to, to+size) without
+// copying their bytes, where the OS can: both ranges committed, in different
+// reservations, page-aligned. Then [to, to+size) holds what [from, from+size)
+// held, and [from, from+size) stays reserved and committed and reads as zero
+// (its pages went with the move); neither reservation changes otherwise, so
+// release() of each stays exact. false: nothing changed, and the caller
+// copies. Linux 5.7 and later: mremap(MREMAP_DONTUNMAP), which moves page
+// table entries; other systems (Windows has no such call): false.
+bool move_pages(void* from, void* to, size_t size);
 // The most memory mappings the OS lets one process have, which an inaccessible
 // page inside an accessible mapping counts against (it splits the mapping:
 // up to two more); 0 when the OS has no such limit or cannot say. Linux:

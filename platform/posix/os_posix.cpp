@@ -213,6 +213,23 @@ bool protect(void* p, size_t size, bool accessible) {
   return mprotect(p, size, accessible ? (PROT_READ | PROT_WRITE) : PROT_NONE) == 0;
 }
 
+bool move_pages(void* from, void* to, size_t size) {
+#if defined(__linux__) && defined(MREMAP_DONTUNMAP)
+  // DONTUNMAP leaves the source mapped (empty), so no hole opens in its
+  // reservation for another mapping to land in before release(); FIXED
+  // replaces what `to` had, which is the destination's own reservation.
+  const int saved = errno;  // a refusal (an older kernel: EINVAL) is no failure of the caller
+  void* r = mremap(from, size, size, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, to);
+  errno = saved;
+  return r == to;
+#else
+  (void)from;
+  (void)to;
+  (void)size;
+  return false;
+#endif
+}
+
 size_t map_count_limit() {
 #if defined(__linux__)
   char buf[32];

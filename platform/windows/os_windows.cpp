@@ -125,6 +125,10 @@ bool decommit(void* p, size_t size) {
   return VirtualFree(p, size, MEM_DECOMMIT) != 0;
 }
 
+// Windows cannot move committed pages between reservations (no counterpart
+// of mremap): the caller copies.
+bool move_pages(void*, void*, size_t) { return false; }
+
 bool protect(void* p, size_t size, bool accessible) {
   KeepLastError keep;
   DWORD old;
