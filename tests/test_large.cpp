@@ -198,37 +198,36 @@ TEST_CASE("realloc moves a huge block's pages to its new region instead of copyi
   };
   const bool moves = kernel_moves_pages();
   if (!moves) MESSAGE("this kernel has no mremap(MREMAP_DONTUNMAP): realloc copies; the fault counts are not checked");
+  // realloc to `bytes`, which must move the block: the new pointer, and the
+  // minor faults the call took.
+  auto moved_to = [&](char* from, size_t bytes, long& faults) {
+    const long before = minor_faults();
+    char* to = static_cast<char*>(fw_realloc(from, bytes));
+    faults = minor_faults() - before;
+    REQUIRE(to != nullptr);
+    CHECK(to != from);
+    return to;
+  };
   char* p = static_cast<char*>(fw_malloc(n));
   REQUIRE(p != nullptr);
   fill(p, n);
   p[n - 1] = 0x5a;
+  long grow_faults = 0, again_faults = 0, shrink_faults = 0;
   // Grows past its region (reserved at its size): it moves to one with room.
-  long f0 = minor_faults();
-  char* q = static_cast<char*>(fw_realloc(p, n + 10));
-  long grow_faults = minor_faults() - f0;
-  REQUIRE(q != nullptr);
-  CHECK(q != p);
+  char* q = moved_to(p, n + 10, grow_faults);
   CHECK_FALSE(fw_owns(p));  // the old region is released
   CHECK(same(q, n) == 0);
   CHECK(q[n - 1] == 0x5a);
   q[n + 9] = 0x3c;  // the new bytes are usable
   // Grows past the room of its new region (twice its size): moves again.
   const size_t big = 2 * n + (8u << 20);
-  f0 = minor_faults();
-  char* g = static_cast<char*>(fw_realloc(q, big));
-  long again_faults = minor_faults() - f0;
-  REQUIRE(g != nullptr);
-  CHECK(g != q);
+  char* g = moved_to(q, big, again_faults);
   CHECK(same(g, n) == 0);
   CHECK(g[n + 9] == 0x3c);
   // Shrinks to below half of that: it moves to a region of its size, with
   // the part it keeps (whole pages moved, the last part copied).
   const size_t m = kLargeMax + (4u << 20) + 123;
-  f0 = minor_faults();
-  char* r = static_cast<char*>(fw_realloc(g, m));
-  long shrink_faults = minor_faults() - f0;
-  REQUIRE(r != nullptr);
-  CHECK(r != g);
+  char* r = moved_to(g, m, shrink_faults);
   CHECK(same(r, m) == 0);
   CHECK(fw_usable_size(r) >= m);
   const long pages = long(n / page);
