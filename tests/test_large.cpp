@@ -236,10 +236,11 @@ TEST_CASE("realloc moves a huge block's pages to its new region instead of copyi
                            << " pages hold data)");
   if (moves) {
     // What the new regions' records and the copied last part touch: a few
-    // pages, not one per page moved.
-    CHECK(grow_faults < pages / 100);
-    CHECK(again_faults < pages / 100);
-    CHECK(shrink_faults < pages / 100);
+    // pages (74, 94 and 1 here; about a thousand more under TSan, whose
+    // shadow pages count too), not one per page moved (a copy: 69,700).
+    CHECK(grow_faults < pages / 10);
+    CHECK(again_faults < pages / 10);
+    CHECK(shrink_faults < pages / 10);
   }
   fw_free(r);
   CHECK(arena_is_valid());
