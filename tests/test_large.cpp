@@ -5,6 +5,7 @@
 #include <chrono>
 #include <initializer_list>
 #include <thread>
+#include <vector>
 
 #include <cstdio>
 #include <cstring>
@@ -123,11 +124,100 @@ TEST_CASE("realloc grows a large block in place when its run has room") {
   char* q = static_cast<char*>(fw_realloc(p, kVspanSize - 4096));  // still within its one vspan
   CHECK(q == p);
   CHECK(q[kSmallMax + 999] == 7);
-  char* r = static_cast<char*>(fw_realloc(q, 5 * kVspanSize));  // needs a bigger run: moves
+  // Needs a bigger run: moves, or grows over the fresh vspans after its run
+  // if it ends at the heap's top (the next test).
+  char* r = static_cast<char*>(fw_realloc(q, 5 * kVspanSize));
   REQUIRE(r != nullptr);
   CHECK(r[0] == 7);
   CHECK(r[kSmallMax + 999] == 7);
   fw_free(r);
+}
+
+// Where the never-used vspans of the region holding p start (an index within
+// the region), and where p's run ends.
+static uint32_t fresh_after(const void* p) { return arena_vspans_used(span_index(span_of(p)) / kVspansPerRegion); }
+static uint32_t run_end(const void* p) {
+  const Span* d = span_of(p);
+  return span_index(d) % kVspansPerRegion + d->run_len.load();
+}
+
+// A block of `size` bytes whose run ends where its region's fresh vspans
+// start, in a region of the frontier its run belongs to (the heap's top of
+// that frontier). Where earlier tests in this process left runs in the pool,
+// those serve first (a pooled run may lie in the other frontier's region):
+// blocks are taken, and kept in `held`, until one comes from fresh vspans.
+static char* top_block(size_t size, std::vector<void*>& held) {
+  for (int i = 0; i < 256; i++) {
+    char* b = static_cast<char*>(fw_malloc(size));
+    REQUIRE(b != nullptr);
+    const Span* d = span_of(b);
+    if (run_end(b) == fresh_after(b) && arena_frontier(span_index(d)) == frontier_of(d->run_len.load())) return b;
+    held.push_back(b);
+  }
+  FAIL("no block of " << size << " bytes came from fresh vspans");
+  return nullptr;
+}
+
+TEST_CASE("realloc grows a large block at the heap's top in place over the fresh vspans after its run, within its "
+          "frontier, and moves one that has a block after it") {
+  fw_collect();  // the pool keeps no pages that a move could use instead (large.cpp, extend_run)
+  std::vector<void*> held;
+  // A buffer doubled from 5 MiB to 160 MiB (a vector's growth), every byte
+  // written at each size: it stays where it is, so nothing is copied and
+  // only its new pages fault in.
+  size_t n = size_t(5) << 20;
+  char* p = top_block(n, held);
+  std::memset(p, 1, n);
+  for (; n < (size_t(160) << 20); n *= 2) {
+    INFO("from ", n, " bytes, the pool keeping ", pool_retained_bytes());
+    char* q = static_cast<char*>(fw_realloc(p, 2 * n));
+    REQUIRE(q != nullptr);
+    CHECK(q == p);
+    CHECK(fw_usable_size(q) >= 2 * n);
+    CHECK(run_end(q) == fresh_after(q));
+    CHECK(Anchor::unpack(span_of(q + 2 * n - 1)->anchor.load()).state == kLargeTail);
+    CHECK(span_at(span_of(q + 2 * n - 1)->run_len.load()) == span_of(q));
+    std::memset(q + n, 2, n);
+    p = q;
+  }
+  CHECK(p[0] == 1);
+  CHECK(p[(size_t(5) << 20) - 1] == 1);
+  CHECK(p[size_t(5) << 20] == 2);
+  CHECK(p[n - 1] == 2);
+  // A block taken after it: its run no longer ends at the fresh vspans, so
+  // the next growth moves it, with its bytes.
+  char* after = top_block(size_t(5) << 20, held);
+  REQUIRE(run_end(p) < fresh_after(p));
+  char* moved = static_cast<char*>(fw_realloc(p, size_t(span_of(p)->run_len.load()) * kVspanSize + (1 << 20)));
+  REQUIRE(moved != nullptr);
+  CHECK(moved != p);
+  CHECK(moved[0] == 1);
+  CHECK(moved[n - 1] == 2);
+  // A block of the single spans' frontier grows in place up to the longest
+  // run that frontier holds (kBigRunVspans, 4 MiB), and past it moves to the
+  // big blocks' frontier (arena.h, Frontiers).
+  char* small = top_block(size_t(1) << 20, held);
+  std::memset(small, 3, size_t(1) << 20);
+  char* s4 = static_cast<char*>(fw_realloc(small, kBigRunVspans * kVspanSize));
+  CHECK(s4 == small);
+  char* s8 = static_cast<char*>(fw_realloc(s4, 2 * kBigRunVspans * kVspanSize));
+  REQUIRE(s8 != nullptr);
+  CHECK(s8 != s4);
+  CHECK(arena_frontier(span_index(span_of(s8))) == kFrontierBigRuns);
+  CHECK(s8[(size_t(1) << 20) - 1] == 3);
+  const LargeStats live = large_stats();
+  uint64_t spans = span_of(moved)->run_len.load() + span_of(after)->run_len.load() + span_of(s8)->run_len.load();
+  for (void* h : held) spans += span_of(h)->run_len.load();
+  CHECK(live.live_spans == spans);
+  fw_free(moved);
+  fw_free(after);
+  fw_free(s8);
+  for (void* h : held) fw_free(h);
+  // The grown runs went back to the pool whole: their vspans free, the
+  // books balanced.
+  CHECK(large_stats().live_spans == 0);
+  CHECK(pool_is_valid());
+  CHECK(arena_is_valid());
 }
 
 TEST_CASE("realloc grows a huge block in place once it has moved to a region with room") {
