@@ -304,21 +304,34 @@ bool large_resize_in_place(void* p, Span* d, size_t size) {
   return true;
 }
 
-size_t huge_move_pages(void* q, void* p, const Span* d, size_t bytes) {
-  const Span* from = head_of(p, d);
+size_t large_move_pages(void* q, void* p, const Span* d, size_t bytes) {
+  Span* from = head_of(p, d);
   const Span* to = span_of(q);
   if (from == nullptr || to == nullptr) return 0;
-  if (Anchor::unpack(from->anchor.load(std::memory_order_acquire)).state != kHuge ||
-      Anchor::unpack(to->anchor.load(std::memory_order_acquire)).state != kHuge)
+  const uint32_t state = Anchor::unpack(from->anchor.load(std::memory_order_acquire)).state;
+  if ((state != kHuge && state != kLarge) || Anchor::unpack(to->anchor.load(std::memory_order_acquire)).state != kHuge)
     return 0;
-  // A huge block starts at its region's base (huge_alloc), so both are page-aligned.
+  // Secure mode's guard page after a large block splits its mapping anyway;
+  // a copy keeps that mode's layout as it is.
+  if (state == kLarge && secure_mode()) return 0;
+  // A huge block starts at its region's base (huge_alloc); a large one at its
+  // run's base or at an alignment above kVspanSize: all page-aligned.
   const uint64_t most = std::min(from->large_size.load(std::memory_order_relaxed),
                                  to->large_size.load(std::memory_order_relaxed));
-  const size_t whole = size_t(std::min<uint64_t>(bytes, most)) & ~(os::page_size() - 1);
-  if (whole == 0 || reinterpret_cast<uintptr_t>(p) != span_base(from) ||
+  const size_t want = size_t(std::min<uint64_t>(bytes, most));
+  const size_t whole = want & ~(os::page_size() - 1);
+  if (whole == 0 || reinterpret_cast<uintptr_t>(p) != span_base(from) + from->offset.load(std::memory_order_relaxed) ||
       reinterpret_cast<uintptr_t>(q) != span_base(to))
     return 0;
-  return os::move_pages(p, q, whole) ? whole : 0;
+  if (!os::move_pages(p, q, whole)) return 0;
+  std::memcpy(static_cast<char*>(q) + whole, static_cast<const char*>(p) + whole, want - whole);
+  // A large block's run is going back to the pool: what it still has of its
+  // pages (the last partial page, pages past the block) is given back too, so
+  // that the pool does not take the run for one with pages (a move leaves
+  // its range reading as zeros, a hole that the committed prefix cannot
+  // describe). A huge block's region is released whole when it is freed.
+  if (state == kLarge) span_trim(from, 0);
+  return want;
 }
 
 LargeStats large_stats() {

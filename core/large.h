@@ -39,15 +39,18 @@ void* large_block_start(const void* p, const Span* d);
 // block whose run ends at its region's never-used vspans and can grow over
 // them (the heap's top); true if it did.
 bool large_resize_in_place(void* p, Span* d, size_t size);
-// realloc's move of huge block p (descriptor d) to huge block q: moves the
-// whole pages of their first `bytes` (at most both blocks' sizes) from p's
-// region to q's without copying them (os::move_pages), and returns how many
-// bytes that was, a multiple of the page size; 0 if p or q is not a huge
-// block's start, or where the OS cannot. The caller copies the
-// rest and then frees p, whose region reads as zeros where its pages were.
-// Only between huge blocks: each has a region of its own that is released
-// whole, so the mappings a move splits do not outlive the blocks.
-size_t huge_move_pages(void* q, void* p, const Span* d, size_t bytes);
+// realloc's move of large or huge block p (descriptor d) to huge block q:
+// moves the whole pages of their first `bytes` (at most both blocks' sizes)
+// from p's run or region to q's region without copying them
+// (os::move_pages), copies the rest of those bytes, and returns how many that
+// was; 0, having done nothing, if p or q is not such a block's start, p is a
+// large block in secure mode, or where the OS cannot. The caller then frees
+// p, whose pages read as zeros where they were (a large block's run is
+// given back to the pool with none). Only into a huge block: the mapping a
+// move splits is the destination's (the source's stays whole: checked on
+// Linux 6.18 with /proc/self/maps), and a huge block's region is released
+// whole, so the split does not outlive the block.
+size_t large_move_pages(void* q, void* p, const Span* d, size_t bytes);
 
 struct LargeStats {
   uint64_t live_bytes, allocs, frees, live_spans;

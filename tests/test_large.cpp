@@ -337,6 +337,71 @@ TEST_CASE("realloc moves a huge block's pages to its new region instead of copyi
   CHECK(fw_check_heap() == 0);
 }
 
+// Mappings this process has now (lines of /proc/self/maps).
+static int mapping_count() {
+  FILE* f = std::fopen("/proc/self/maps", "r");
+  if (f == nullptr) return -1;
+  int lines = 0;
+  for (int c; (c = std::fgetc(f)) != EOF;) lines += c == '\n';
+  std::fclose(f);
+  return lines;
+}
+
+TEST_CASE("realloc moves a large block's pages into the huge block it grows into, gives its run back with none, "
+          "and leaves no mapping behind") {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  const size_t n = (200u << 20) + 123;  // a large block (a run of 801 vspans) whose last page is partial
+  const size_t pages = n / page;
+  const bool moves = kernel_moves_pages();
+  if (!moves) MESSAGE("this kernel has no mremap(MREMAP_DONTUNMAP): realloc copies; the fault counts are not checked");
+  int maps_after_first = 0;
+  for (int round = 0; round < 3; round++) {
+    char* p = static_cast<char*>(fw_malloc(n));
+    REQUIRE(p != nullptr);
+    REQUIRE(Anchor::unpack(span_of(p)->anchor.load()).state == kLarge);
+    for (size_t o = 0; o + sizeof(size_t) <= n; o += page) std::memcpy(p + o, &o, sizeof o);
+    p[n - 1] = 0x5a;
+    Span* run = span_of(p);
+    const long before = minor_faults();
+    char* q = static_cast<char*>(fw_realloc(p, kLargeMax + (16u << 20)));
+    const long faults = minor_faults() - before;
+    REQUIRE(q != nullptr);
+    CHECK(Anchor::unpack(span_of(q)->anchor.load()).state == kHuge);
+    size_t bad = 0;
+    for (size_t o = 0; o + sizeof(size_t) <= n; o += page) {
+      size_t v;
+      std::memcpy(&v, q + o, sizeof v);
+      bad += v != o;
+    }
+    CHECK(bad == 0);
+    CHECK(q[n - 1] == 0x5a);  // the partial last page, copied
+    MESSAGE("round " << round << ": " << faults << " minor faults moving " << pages << " pages");
+    if (moves) {
+      CHECK(faults < long(pages / 10));  // a copy faults in every page of the new region
+      // The run went back to the pool with no pages: they are in q now.
+      CHECK(Anchor::unpack(run->anchor.load()).state == kFree);
+      CHECK(run->committed.load() == 0);
+    }
+    // Its run, taken again for a zeroed block, reads as zeros (calloc
+    // zeroes only what the pool says has pages).
+    char* z = static_cast<char*>(fw_calloc(1, n));
+    REQUIRE(z != nullptr);
+    size_t nonzero = 0;
+    for (size_t o = 0; o < n; o += page) nonzero += z[o] != 0;
+    CHECK(nonzero == 0);
+    CHECK(z[n - 1] == 0);
+    fw_free(z);
+    fw_free(q);
+    // The move split only the huge block's mapping, released with it: the
+    // arena's mappings are as they were, round after round.
+    if (round == 0) maps_after_first = mapping_count();
+    else CHECK(mapping_count() == maps_after_first);
+  }
+  CHECK(pool_is_valid());
+  CHECK(arena_is_valid());
+  CHECK(fw_check_heap() == 0);
+}
+
 // Bytes this process maps now (/proc/self/statm), 0 if it cannot tell.
 static rlim_t mapped_bytes() {
   unsigned long pages = 0;
