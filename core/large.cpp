@@ -237,12 +237,12 @@ void* large_block_start(const void* p, const Span* d) {
 // top chunk does, instead of a copy into a run whose pages all fault in. To
 // the run class of the new length, as large_alloc would take, else to the
 // exact length. False, changing nothing, when another block was carved after
-// it or the region cannot grow, or the run would pass its frontier's kind.
-// The caller extends only when the pool keeps
-// fewer pages than the grown block (pool_retained_bytes): else a run with
-// pages may hold it, and a copy into pages that are there is cheaper than
-// faulting in fresh ones while those wait in the pool (a buffer grown to 64
-// MiB and freed, 20 times: 25% slower when every round extended).
+// it, the region cannot grow, or the run would pass its frontier's kind. The
+// caller extends only when the pool keeps fewer pages than the grown block
+// (pool_retained_bytes): else a run with pages may hold it, and a copy into
+// pages that are there is cheaper than faulting in fresh ones while those
+// wait in the pool (a buffer grown to 64 MiB and freed, 20 times: 25% slower
+// when every round extended; docs/design.md, Large and huge objects).
 static bool extend_run(Span* head, uint64_t total) {
   const uint32_t len = head->run_len.load(std::memory_order_relaxed);
   const uint32_t need = uint32_t((total + kVspanSize - 1) >> kVspanShift);
