@@ -184,6 +184,20 @@ TEST_CASE("realloc grows a large block at the heap's top in place over the fresh
   CHECK(p[(size_t(5) << 20) - 1] == 1);
   CHECK(p[size_t(5) << 20] == 2);
   CHECK(p[n - 1] == 2);
+  // A block of the single spans' frontier grows in place up to the longest
+  // run that frontier holds (kBigRunVspans, 4 MiB), and past it moves to the
+  // big blocks' frontier (arena.h, Frontiers). Before anything is freed, so
+  // that the pool keeps no pages a move could use instead.
+  char* small = top_block(size_t(1) << 20, held);
+  std::memset(small, 3, size_t(1) << 20);
+  INFO("the pool keeping ", pool_retained_bytes());
+  char* s4 = static_cast<char*>(fw_realloc(small, kBigRunVspans * kVspanSize));
+  CHECK(s4 == small);
+  char* s8 = static_cast<char*>(fw_realloc(s4, 2 * kBigRunVspans * kVspanSize));
+  REQUIRE(s8 != nullptr);
+  CHECK(s8 != s4);
+  CHECK(arena_frontier(span_index(span_of(s8))) == kFrontierBigRuns);
+  CHECK(s8[(size_t(1) << 20) - 1] == 3);
   // A block taken after it: its run no longer ends at the fresh vspans, so
   // the next growth moves it, with its bytes.
   char* after = top_block(size_t(5) << 20, held);
@@ -193,18 +207,6 @@ TEST_CASE("realloc grows a large block at the heap's top in place over the fresh
   CHECK(moved != p);
   CHECK(moved[0] == 1);
   CHECK(moved[n - 1] == 2);
-  // A block of the single spans' frontier grows in place up to the longest
-  // run that frontier holds (kBigRunVspans, 4 MiB), and past it moves to the
-  // big blocks' frontier (arena.h, Frontiers).
-  char* small = top_block(size_t(1) << 20, held);
-  std::memset(small, 3, size_t(1) << 20);
-  char* s4 = static_cast<char*>(fw_realloc(small, kBigRunVspans * kVspanSize));
-  CHECK(s4 == small);
-  char* s8 = static_cast<char*>(fw_realloc(s4, 2 * kBigRunVspans * kVspanSize));
-  REQUIRE(s8 != nullptr);
-  CHECK(s8 != s4);
-  CHECK(arena_frontier(span_index(span_of(s8))) == kFrontierBigRuns);
-  CHECK(s8[(size_t(1) << 20) - 1] == 3);
   const LargeStats live = large_stats();
   uint64_t spans = span_of(moved)->run_len.load() + span_of(after)->run_len.load() + span_of(s8)->run_len.load();
   for (void* h : held) spans += span_of(h)->run_len.load();
