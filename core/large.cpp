@@ -48,25 +48,6 @@ void set_state(Span* s, uint32_t state) {
   s->anchor.store(Anchor{0, 0, state, false, a.tag + 1}.pack(), std::memory_order_release);
 }
 
-// Run classes: the run length a block of `need` vspans takes. Up to 4 vspans
-// exactly; above, two classes per doubling, 2^k and 1.5 * 2^k. Runs of the
-// lengths blocks come and go in are then reused whole by the next block of a
-// similar size, instead of each length being its own (the pool keeps exact
-// lengths up to 64): fewer splits, merges and pages given back and faulted
-// in again. sizesweep's 1-4 MiB phase (2 threads, 2 cores) took 117,000-
-// 125,000 minor faults with exact lengths, 87,000-97,000 with these classes
-// (95,000-118,000 with four classes per doubling). The cost is address space
-// only (up to half as much again; committed pages follow the block). So under
-// an address-space cap (RLIMIT_AS), where address space is the memory a program
-// budgets (sort sizes its buffer from the cap), large_alloc takes exact
-// lengths; and when a class's run cannot be had, the exact length. The cap is
-// the one the arena saw when it last reserved (arena_capped): reading it on
-// every call, one getrlimit, was 60% of a 2 MiB block freed and taken again.
-uint32_t run_class(uint32_t need) {
-  if (need <= 4) return need;
-  uint32_t step = 1u << (30u - unsigned(__builtin_clz(need)));  // half the power of two below need
-  return (need + step - 1) & ~(step - 1);
-}
 
 // Zeroes what of [p, p+size) may hold old data: on an OS whose decommitted
 // pages read as zero, only the part inside what was committed before.
@@ -122,6 +103,26 @@ void* huge_alloc(size_t size, size_t align, bool zero, size_t room) {
 }
 
 }  // namespace
+
+// Run classes (large.h): the run length a block of `need` vspans takes. Up to 4 vspans
+// exactly; above, two classes per doubling, 2^k and 1.5 * 2^k. Runs of the
+// lengths blocks come and go in are then reused whole by the next block of a
+// similar size, instead of each length being its own (the pool keeps exact
+// lengths up to 64): fewer splits, merges and pages given back and faulted
+// in again. sizesweep's 1-4 MiB phase (2 threads, 2 cores) took 117,000-
+// 125,000 minor faults with exact lengths, 87,000-97,000 with these classes
+// (95,000-118,000 with four classes per doubling). The cost is address space
+// only (up to half as much again; committed pages follow the block). So under
+// an address-space cap (RLIMIT_AS), where address space is the memory a program
+// budgets (sort sizes its buffer from the cap), large_alloc takes exact
+// lengths; and when a class's run cannot be had, the exact length. The cap is
+// the one the arena saw when it last reserved (arena_capped): reading it on
+// every call, one getrlimit, was 60% of a 2 MiB block freed and taken again.
+uint32_t run_class(uint32_t need) {
+  if (need <= 4) return need;
+  uint32_t step = 1u << (30u - unsigned(__builtin_clz(need)));  // half the power of two below need
+  return (need + step - 1) & ~(step - 1);
+}
 
 void* large_alloc(size_t size, size_t align, bool zero, size_t room) {
   if (align < kMinAlign) align = kMinAlign;

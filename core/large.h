@@ -52,6 +52,11 @@ bool large_resize_in_place(void* p, Span* d, size_t size);
 // whole, so the split does not outlive the block.
 size_t large_move_pages(void* q, void* p, const Span* d, size_t bytes);
 
+// The run length, in vspans, that a large block of `need` vspans takes when
+// address space is not capped: need itself up to 4, above that the next of
+// 2^k and 1.5 * 2^k (large.cpp).
+uint32_t run_class(uint32_t need);
+
 struct LargeStats {
   uint64_t live_bytes, allocs, frees, live_spans;
 };

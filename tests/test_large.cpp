@@ -200,10 +200,8 @@ TEST_CASE("realloc grows a large block at the heap's top in place over the fresh
   for (; n < (size_t(160) << 20); n *= 2) {
     INFO("from ", n, " bytes, the pool keeping ", pool_retained_bytes(), "; the run ending at vspan ", run_end(p),
          " of its region");
-    // The run the grown block takes: its run class (large.cpp, run_class).
-    const uint32_t need = uint32_t((2 * n + kVspanSize - 1) / kVspanSize);
-    const uint32_t step = 1u << (30u - unsigned(__builtin_clz(need)));
-    const bool room = region_has_room(p, (need + step - 1) & ~(step - 1));
+    // The run the grown block takes: its run class.
+    const bool room = region_has_room(p, run_class(uint32_t((2 * n + kVspanSize - 1) / kVspanSize)));
     char* q = static_cast<char*>(fw_realloc(p, 2 * n));
     REQUIRE(q != nullptr);
     if (room) {
@@ -312,24 +310,29 @@ static bool kernel_moves_pages() {
   return ok;
 }
 
+// Writes each page's offset into its first bytes, and counts the pages that
+// do not hold theirs: a page moved to the wrong place, or lost, shows.
+static void fill_page_offsets(char* p, size_t bytes) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  for (size_t o = 0; o + sizeof(size_t) <= bytes; o += page) std::memcpy(p + o, &o, sizeof o);
+}
+static size_t pages_without_offset(const char* p, size_t bytes) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  size_t bad = 0;
+  for (size_t o = 0; o + sizeof(size_t) <= bytes; o += page) {
+    size_t v;
+    std::memcpy(&v, p + o, sizeof v);
+    bad += v != o;
+  }
+  return bad;
+}
+
 TEST_CASE("realloc moves a huge block's pages to its new region instead of copying them, and keeps every byte") {
   // Each page of the block holds its own index: a page moved to the wrong
   // place, or lost, shows. A copy into a fresh region faults in every page of
   // the new one (69,632 here); a move of the pages faults in none.
   const size_t page = size_t(sysconf(_SC_PAGESIZE));
   const size_t n = kLargeMax + (16u << 20);  // 272 MiB: a huge block
-  auto fill = [&](char* p, size_t bytes) {
-    for (size_t o = 0; o + sizeof(size_t) <= bytes; o += page) std::memcpy(p + o, &o, sizeof o);
-  };
-  auto same = [&](const char* p, size_t bytes) {
-    size_t bad = 0;
-    for (size_t o = 0; o + sizeof(size_t) <= bytes; o += page) {
-      size_t v;
-      std::memcpy(&v, p + o, sizeof v);
-      bad += v != o;
-    }
-    return bad;
-  };
   const bool moves = kernel_moves_pages();
   if (!moves) MESSAGE("this kernel has no mremap(MREMAP_DONTUNMAP): realloc copies; the fault counts are not checked");
   // realloc to `bytes`, which must move the block: the new pointer, and the
@@ -344,25 +347,25 @@ TEST_CASE("realloc moves a huge block's pages to its new region instead of copyi
   };
   char* p = static_cast<char*>(fw_malloc(n));
   REQUIRE(p != nullptr);
-  fill(p, n);
+  fill_page_offsets(p, n);
   p[n - 1] = 0x5a;
   long grow_faults = 0, again_faults = 0, shrink_faults = 0;
   // Grows past its region (reserved at its size): it moves to one with room.
   char* q = moved_to(p, n + 10, grow_faults);
   CHECK_FALSE(fw_owns(p));  // the old region is released
-  CHECK(same(q, n) == 0);
+  CHECK(pages_without_offset(q, n) == 0);
   CHECK(q[n - 1] == 0x5a);
   q[n + 9] = 0x3c;  // the new bytes are usable
   // Grows past the room of its new region (twice its size): moves again.
   const size_t big = 2 * n + (8u << 20);
   char* g = moved_to(q, big, again_faults);
-  CHECK(same(g, n) == 0);
+  CHECK(pages_without_offset(g, n) == 0);
   CHECK(g[n + 9] == 0x3c);
   // Shrinks to below half of that: it moves to a region of its size, with
   // the part it keeps (whole pages moved, the last part copied).
   const size_t m = kLargeMax + (4u << 20) + 123;
   char* r = moved_to(g, m, shrink_faults);
-  CHECK(same(r, m) == 0);
+  CHECK(pages_without_offset(r, m) == 0);
   CHECK(fw_usable_size(r) >= m);
   const long pages = long(n / page);
   MESSAGE("minor faults: " << grow_faults << " growing 272 MiB by 10 bytes, " << again_faults << " growing it to "
@@ -403,7 +406,7 @@ TEST_CASE("realloc moves a large block's pages into the huge block it grows into
     char* p = static_cast<char*>(fw_malloc(n));
     REQUIRE(p != nullptr);
     REQUIRE(Anchor::unpack(span_of(p)->anchor.load()).state == kLarge);
-    for (size_t o = 0; o + sizeof(size_t) <= n; o += page) std::memcpy(p + o, &o, sizeof o);
+    fill_page_offsets(p, n);
     p[n - 1] = 0x5a;
     Span* run = span_of(p);
     const long before = minor_faults();
@@ -411,13 +414,7 @@ TEST_CASE("realloc moves a large block's pages into the huge block it grows into
     const long faults = minor_faults() - before;
     REQUIRE(q != nullptr);
     CHECK(Anchor::unpack(span_of(q)->anchor.load()).state == kHuge);
-    size_t bad = 0;
-    for (size_t o = 0; o + sizeof(size_t) <= n; o += page) {
-      size_t v;
-      std::memcpy(&v, q + o, sizeof v);
-      bad += v != o;
-    }
-    CHECK(bad == 0);
+    CHECK(pages_without_offset(q, n) == 0);
     CHECK(q[n - 1] == 0x5a);  // the partial last page, copied
     MESSAGE("round " << round << ": " << faults << " minor faults moving " << pages << " pages");
     if (moves) {
