@@ -53,6 +53,14 @@ std::atomic<uint64_t> g_retained{0};
 std::atomic<uint64_t> g_committed{0};
 std::atomic<uint64_t> g_peak_committed{0};
 std::atomic<int64_t> g_pooled_spans{0};
+// Runs (two spans or more) of each frontier in the run stacks, counted before
+// a push and after the pop that takes one (push_free, taken): never fewer
+// than the stacks hold, so a take that reads 0 skips the scan of the frontier's
+// 2 x (63 + 13) stacks, which read every stack when the pool held single
+// spans only (about 3,000 instructions before each fresh span: 7% of
+// sizesweep's 16-64 KiB phase, docs/benchmarks.md, Stop 60). Equal to what
+// they hold while no take runs (pool_is_valid).
+std::atomic<int64_t> g_pooled_runs[kFrontiers] = {};
 std::atomic<uint64_t> g_given_spans{0};     // spans ever given back (a run counts each)
 // g_given_spans when the pool was last merged for a take of each frontier's
 // runs (arena.h): a merge for a short run, which takes nothing from the big
@@ -122,12 +130,16 @@ void push_free(Span* head, uint32_t len) {
   g_pooled_spans.fetch_add(len, std::memory_order_relaxed);
   uint32_t i = span_index(head);
   const uint64_t c = head->committed.load(std::memory_order_relaxed);
-  if (len == 1)
+  if (len == 1) {
     g_single[tier_of(c)][home_stack()].push(i);
-  else if (len <= kExactRuns)
-    g_exact[arena_frontier(i)][c != 0][len].push(i);
+    return;
+  }
+  const unsigned f = arena_frontier(i);
+  g_pooled_runs[f].fetch_add(1, std::memory_order_relaxed);
+  if (len <= kExactRuns)
+    g_exact[f][c != 0][len].push(i);
   else
-    g_log[arena_frontier(i)][c != 0][floor_log2(len)].push(i);
+    g_log[f][c != 0][floor_log2(len)].push(i);
 }
 
 // Puts a large block's run, with pages, in the calling CPU's last-run slot;
@@ -146,8 +158,12 @@ Span* taken(uint32_t index, uint32_t len) {
   Span* s = span_at(index);
   g_retained.fetch_sub(s->committed.load(std::memory_order_relaxed), std::memory_order_relaxed);
   g_pooled_spans.fetch_sub(len, std::memory_order_relaxed);
+  if (len >= 2) g_pooled_runs[arena_frontier(index)].fetch_sub(1, std::memory_order_relaxed);
   return s;
 }
+
+// Whether frontier f's run stacks may hold a run (g_pooled_runs).
+bool has_runs(unsigned f) { return g_pooled_runs[f].load(std::memory_order_relaxed) > 0; }
 
 // The calling CPU's last-run slot's run if it is n spans long, taken out of
 // the pool; nullptr otherwise. The slot is emptied only for a run that looked
@@ -559,6 +575,7 @@ static uint32_t pop_run(SpanStack& st, bool spare) {
 // address space like any other. With spare, not off a run with free vspans
 // above it (free_above). nullptr if f's stacks hold no such run.
 static Span* split_span_off(unsigned f, uint64_t want, bool spare) {
+  if (!has_runs(f)) return nullptr;
   for (unsigned k = 0; k < kRunSets; k++) {
     const unsigned w = k == 0 ? first_run_set(want) : 1 - first_run_set(want);
     for (uint32_t m = 2; m <= kExactRuns; m++) {
@@ -610,6 +627,7 @@ Span* pool_take_span(uint64_t want) {
 // A run of at least n >= 2 spans from frontier f's run set w, split to n;
 // nullptr if none.
 static Span* take_run_from(unsigned f, unsigned w, uint32_t n, uint64_t want, bool spare = false) {
+  if (!has_runs(f)) return nullptr;
   auto spared = [spare](uint32_t i) { return spare && free_above(i); };
   if (n <= kExactRuns) {
     for (uint32_t m = n; m <= kExactRuns; m++) {
@@ -807,11 +825,13 @@ uint64_t pool_span_count() {
 bool pool_is_valid() {
   bool ok = true;
   uint64_t retained = 0;
+  int64_t runs[kFrontiers] = {};
   auto walk = [&](const SpanStack& st, uint32_t min_len, uint32_t max_len, int warm = -1, int frontier = -1) {
     uint32_t i = st.peek();
     uint32_t steps = 0;
     while (i != kNoIndex && steps++ < (1u << 22)) {
       const Span* s = span_at(i);
+      if (frontier >= 0) runs[frontier]++;
       Anchor a = Anchor::unpack(s->anchor.load(std::memory_order_acquire));
       uint32_t len = s->run_len.load(std::memory_order_relaxed);
       if (a.state != kFree) ok = report_invariant("pool: pooled span not FREE", i);
@@ -843,6 +863,9 @@ bool pool_is_valid() {
   }
   if (retained != g_retained.load(std::memory_order_relaxed))
     ok = report_invariant("pool: retained bytes differ from the sum over pooled spans", retained);
+  for (unsigned f = 0; f < kFrontiers; f++)
+    if (runs[f] != g_pooled_runs[f].load(std::memory_order_relaxed))
+      ok = report_invariant("pool: a frontier's count of pooled runs differs from its run stacks", uint64_t(runs[f]));
   return ok;
 }
 

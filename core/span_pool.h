@@ -72,7 +72,9 @@
 //   retained bytes = sum of `committed` over the spans and runs in the stacks;
 //   a last-run slot's run is FREE with 1 to kLastRunMax bytes committed;
 //   a run in the stacks sits in the set of its region's frontier;
-//   a run is in the warm set if and only if its `committed` is not 0.
+//   a run is in the warm set if and only if its `committed` is not 0;
+//   each frontier's count of pooled runs is the number of runs in its stacks
+//   (never fewer, while takes run: a take that reads 0 looks at none of them).
 #pragma once
 #include <cstdint>
 
