@@ -506,9 +506,6 @@ namespace {
 // followed; descriptors are never unmapped).
 template <typename F>
 void each_pending(const Lab* lab, F f) {
-  // A LAB with no chain holds no chain bytes: most LABs of a program with
-  // many threads, which statistics (peak samples) read every one of.
-  if (__atomic_load_n(&lab->pending_bytes, __ATOMIC_RELAXED) == 0) return;
   const uint32_t slots = (__atomic_load_n(&lab->pending_mask, __ATOMIC_RELAXED) & (kPendingMax - 1)) + 1;
   for (unsigned i = 0; i < slots; i++) {
     const PendingChain& ch = lab->pending[i];
