@@ -43,11 +43,9 @@
 //   of own_count of its blocks, which its holder pushes onto
 //   allocs[c], frees[c] are written only by the LAB's holder (relaxed); a
 //   thread frees into another thread's span counts the free in its own LAB;
-//   a free onto an own list is counted when the list is taken (own_take), and
-//   a free onto a pending chain when the chain goes to its span (chain_flush),
-//   so the LAB's frees of class c are frees[c] and cpu_frees[c] plus the own
-//   counts of its spans of class c (lab_frees_of) plus the blocks of its
-//   chains of class c (lab_add_pending_frees).
+//   a free onto an own list is counted when the list is taken (own_take), so
+//   the LAB's frees of class c are frees[c] plus the own counts of its spans
+//   of class c (lab_frees_of).
 //   cpu_allocs[c], cpu_frees[c] only grow, by atomic adds of any thread.
 //   kept_at(c, 0..kept_n[c]) are distinct HOT spans of class c with owner ==
 //   this LAB, none of them hot[c]; kept_bytes is the sum of their span_bytes
@@ -307,7 +305,6 @@ struct Lab {
   // (percpu.h), one atomic add (lab_count_shared) with the LAB's address still
   // in a register: the thread may add after the LAB left its slot, even while
   // a thread holds it as its own LAB, whose counts are allocs[] and frees[].
-  // (Pushes onto pending chains are counted by chain_flush, in frees[].)
   std::atomic<uint64_t> cpu_allocs[kClassCount];
   std::atomic<uint64_t> cpu_frees[kClassCount];
   std::atomic<uint32_t> kind;
@@ -417,11 +414,7 @@ FW_INLINE void lab_count(std::atomic<uint64_t>& counter) { single_writer_add_one
 FW_INLINE uint64_t lab_allocs_of(const Lab* lab, unsigned c) {
   return lab->allocs[c].load(std::memory_order_relaxed) + lab->cpu_allocs[c].load(std::memory_order_relaxed);
 }
-// Not the blocks on lab's pending chains, which are frees too (counted when
-// a chain goes to its span): lab_add_pending_frees adds them, all classes in
-// one pass over the slots.
 uint64_t lab_frees_of(const Lab* lab, unsigned c);
-void lab_add_pending_frees(const Lab* lab, uint64_t frees[kClassCount]);
 
 // Adds one to a counter that any thread may add to (cpu_allocs, cpu_frees):
 // one locked add on x86-64.
