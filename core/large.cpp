@@ -48,7 +48,6 @@ void set_state(Span* s, uint32_t state) {
   s->anchor.store(Anchor{0, 0, state, false, a.tag + 1}.pack(), std::memory_order_release);
 }
 
-
 // Zeroes what of [p, p+size) may hold old data: on an OS whose decommitted
 // pages read as zero, only the part inside what was committed before.
 void zero_block(void* p, size_t size, uintptr_t base, uint64_t committed_before) {
