@@ -62,12 +62,14 @@ void free_percpu(void* p, Span* d) {
   // A CPU LAB keeps no spans (lab.h keeps_spans): the only span it owns of class c is hot[c].
   if (owned && os::rseq_push_if(g_percpu.rseq_off, slots, g_percpu.ncpu, offsetof(Lab, hot) + c * sizeof(Span*), d,
                                 c, p, &lab)) {
-  } else if (os::rseq_push_counted(g_percpu.rseq_off, slots, g_percpu.ncpu, offsetof(Lab, pending_mask),
-                                   offsetof(Lab, pending), pending_key(d), d, p, &lab)) {
-  } else {
-    return percpu_free_slow(p, d, true);
+    lab_count_shared(static_cast<Lab*>(lab)->cpu_frees[c]);
+    return;
   }
-  lab_count_shared(static_cast<Lab*>(lab)->cpu_frees[c]);
+  // Onto the span's chain: counted when the chain goes to its span (chain_flush, lab.h).
+  if (os::rseq_push_counted(g_percpu.rseq_off, slots, g_percpu.ncpu, offsetof(Lab, pending_mask),
+                            offsetof(Lab, pending), pending_key(d), d, p, &lab))
+    return;
+  percpu_free_slow(p, d, true);
 }
 
 void free_slow_sized(void* p, Lab* lab, Span* d, size_t n, bool aligned) {
@@ -176,10 +178,9 @@ void free_slow_thread(void* p, Lab* lab, Span* d) {
   lab_leave(lab_slot_after(mine));
 }
 
-void free_chain_full(void* p, Lab* lab, Span* d, size_t c) {
+void free_chain_full(void* p, Lab* lab, Span* d) {
   lab->pending[pending_slot_in(lab, d)].room = 1;  // the fast path's decrement found it 1 (free.h)
-  lab_defer_free(lab, d, p);  // may give d back to the pool: its class is the one read before
-  lab_count(lab->frees[c]);
+  lab_defer_free(lab, d, p);  // counted as its chain goes to d (chain_flush)
   lab_leave(lab);
 }
 

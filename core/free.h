@@ -16,9 +16,11 @@
 //   are read by the instructions that use them, and the count is added to in
 //   place (relaxed.h). The LAB's frees[c] is not touched: the own count is
 //   the free's count until the list is taken (own_take, lab.h), so this case
-//   loads no class. A free onto a pending chain bumps frees[c].
-// 35 instructions on x86-64 up to the return (GCC 12, objdump), 44 for the
-// pending case, with no register saved: the slow paths take p first, where
+//   loads no class. Nor does a free onto a pending chain: the chain's blocks
+//   are counted when it goes to its span (chain_flush, lab.h).
+// 35 instructions on x86-64 up to the return (GCC 12, objdump), 41 for the
+// pending case (43 while it loaded the class and counted each free), with no
+// register saved: the slow paths take p first, where
 // free has it, and no value is kept across the checks that a re-read of the
 // descriptor can give. In a loop whose loads miss (bench/teardown), each
 // instruction costs about 2% of the time: the loop's misses overlap only as
@@ -111,19 +113,15 @@ void quarantine_flush();
 // keeps no state across it.
 FW_NOINLINE void free_slow_sized(void* p, Lab* lab, Span* d, size_t n, bool aligned);
 
-// free's path for block p (checked and canaried) of span d, of class c, whose
-// pending chain in lab (d's slot) had room 1, which the fast path's decrement
-// left at 0: puts the 1 back, then gives the chain to d and starts the next
-// one with p, or (a chain with no spare room) adds p and gives
-// it (lab_defer_free). Entered with BUSY set; restores the slot. c is the
-// class the caller read before: once the chain is given, d may be empty, back
-// in the pool and another class's span (counting the free under d's class
-// then broke fw_check_heap's block equation, under load). The tests
-// free_slow makes first are settled by the chain itself: lab is the thread's
-// own LAB (placeholders hold no chains, so secure mode never gets here), and
-// d holds small blocks in use (those of the chain), so it is not free, large
-// or foreign.
-FW_NOINLINE void free_chain_full(void* p, Lab* lab, Span* d, size_t c);
+// free's path for block p (checked and canaried) of span d whose pending
+// chain in lab (d's slot) had room 1, which the fast path's decrement left at
+// 0: puts the 1 back, then gives the chain to d and starts the next one with
+// p, or (a chain with no spare room) adds p and gives it (lab_defer_free).
+// Entered with BUSY set; restores the slot. The tests free_slow makes first
+// are settled by the chain itself: lab is the thread's own LAB (placeholders
+// hold no chains, so secure mode never gets here), and d holds small blocks
+// in use (those of the chain), so it is not free, large or foreign.
+FW_NOINLINE void free_chain_full(void* p, Lab* lab, Span* d);
 
 // The per-CPU fast path for p of span d (nullptr: p is in no region's slice),
 // reached from free_slow with the slot restored. Defined once, in free.cpp: an
@@ -190,21 +188,21 @@ FW_INLINE void free_block_impl(void* p, size_t n_size, bool aligned) {
     // last its span has in use, and fills the chain, which goes to the span at
     // once. A span with no chain here goes to free_slow, which starts one.
     PendingChain* ch = pending_chain_of(lab, d);
-    if (FW_UNLIKELY(d != ch->span)) {
+    if (FW_UNLIKELY(!equal_relaxed(ch->span.v, d))) {
       if constexpr (kSized) return free_slow_sized(p, lab, d, n_size, aligned);
       return free_slow(p, lab, d);
     }
     // d has a chain here, so it is a small span with blocks in use: the
-    // checks apply, and a full chain needs none of free_slow's tests.
-    const size_t c = cls();
-    if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, c, n_size, aligned)))
+    // checks apply, and a full chain needs none of free_slow's tests. The
+    // free is counted when the chain goes to its span (chain_flush, lab.h),
+    // so an unsized free loads no class here either.
+    if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, kSized ? cls() : 0, n_size, aligned)))
       return free_slow(p, lab, d);
     // room >= 1 in a thread's LAB (lab.h), so one decrement in place tests
     // it: 0 now is room 1 before, which free_chain_full puts back.
-    if (FW_UNLIKELY(--ch->room == 0)) return free_chain_full(p, lab, d, c);
+    if (FW_UNLIKELY(single_writer_sub_one_is_zero(ch->room.v))) return free_chain_full(p, lab, d);
     block_link_fast(p, ch->head);
     ch->head = p;
-    lab_count(lab->frees[c]);
     lab_leave(lab);
   }
 }

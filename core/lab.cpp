@@ -273,7 +273,10 @@ void lab_put_transient(Lab* lab) {
 
 namespace {
 
-// Gives chain i to its span. Its class's bit stays set (pending_of_class may
+// Gives chain i to its span, and counts its blocks as lab's frees (lab.h:
+// pushes are counted here, not one by one). The class is read while the chain
+// still holds blocks of the span, so the span cannot have been given back and
+// reused for another class. Its class's bit stays set (pending_of_class may
 // name empty slots: flush_pending_class clears it).
 void chain_flush(Lab* lab, unsigned i) {
   PendingChain& ch = lab->pending[i];
@@ -281,7 +284,9 @@ void chain_flush(Lab* lab, unsigned i) {
   const uint32_t bytes = pending_bytes_of(ch, ch.span->block_size.load(std::memory_order_relaxed));
   lab->pending_bytes -= bytes;
   g_pending_total.fetch_sub(int64_t(bytes), std::memory_order_relaxed);
-  span_free_list(ch.span, ch.head, ch.tail, pending_count(ch));
+  const uint32_t n = pending_count(ch);
+  lab_count_n(lab->frees[ch.span->cls.load(std::memory_order_relaxed)], n);
+  span_free_list(ch.span, ch.head, ch.tail, n);
   ch = PendingChain{};
 }
 
@@ -494,21 +499,37 @@ uint64_t lab_frees_of(const Lab* lab, unsigned c) {
   return n;
 }
 
-uint32_t lab_pending_count(const Lab* lab) {
-  // The holder writes its chains with plain stores; relaxed atomic reads of
-  // aligned words give values they had, perhaps of two states of a chain (a
-  // figure, never followed; descriptors are never unmapped).
-  uint32_t n = 0;
-  const uint32_t slots = (__atomic_load_n(&lab->pending_mask, __ATOMIC_RELAXED) & (kPendingMax - 1)) + 1;
+namespace {
+// Calls f(class, blocks) for each of lab's pending chains. The holder writes
+// the fields read here with relaxed stores (HolderField, lab.h), so each read
+// gives a value the field had, perhaps of two states of a chain (a figure,
+// never followed; descriptors are never unmapped).
+template <typename F>
+void each_pending(const Lab* lab, F f) {
+  // A LAB with no chain holds no chain bytes: most LABs of a program with
+  // many threads, which statistics (peak samples) read every one of.
+  if (lab->pending_bytes == 0) return;
+  const uint32_t slots = (lab->pending_mask & (kPendingMax - 1)) + 1;
   for (unsigned i = 0; i < slots; i++) {
     const PendingChain& ch = lab->pending[i];
-    const Span* s = __atomic_load_n(&ch.span, __ATOMIC_RELAXED);
+    const Span* s = ch.span;
     if (s == nullptr) continue;
-    uint32_t limit = __atomic_load_n(&ch.limit, __ATOMIC_RELAXED);
-    uint32_t room = __atomic_load_n(&ch.room, __ATOMIC_RELAXED);
-    n += room < limit ? limit - room : 0;
+    const uint32_t limit = ch.limit, room = ch.room;
+    if (room < limit) f(s->cls.load(std::memory_order_relaxed), limit - room);
   }
+}
+}  // namespace
+
+uint32_t lab_pending_count(const Lab* lab) {
+  uint32_t n = 0;
+  each_pending(lab, [&n](unsigned, uint32_t blocks) { n += blocks; });
   return n;
+}
+
+void lab_add_pending_frees(const Lab* lab, uint64_t frees[kClassCount]) {
+  each_pending(lab, [frees](unsigned c, uint32_t blocks) {
+    if (c < kClassCount) frees[c] += blocks;
+  });
 }
 
 void lab_defer_free(Lab* lab, Span* s, void* p) {
@@ -568,12 +589,17 @@ void lab_defer_free(Lab* lab, Span* s, void* p) {
     // takes s's last blocks has none: the free that finds room 1 fills it and
     // gives it at once (below). A CPU LAB's fast path pushes down to room 0.
     const uint32_t spare = chains_have_spare(lab) && limit < in_use ? 1 : 0;
-    *ch = PendingChain{s, nullptr, uint16_t(limit + spare), uint16_t(limit + spare), uint16_t(spare), 0, p};
+    ch->room = uint16_t(limit + spare);
+    ch->limit = uint16_t(limit + spare);
+    ch->spare = uint16_t(spare);
+    ch->head = nullptr;
+    ch->tail = p;
+    ch->span = s;
     lab->pending_of_class[s->cls.load(std::memory_order_relaxed)] |= uint64_t(1) << (i % kPendingChains);
   }
   block_link(p, ch->head);
   ch->head = p;
-  ch->room--;
+  --ch->room;
   // A chain with no spare room that this free filled (its span's last blocks,
   // or a CPU LAB's): to its span now.
   if (ch->room == 0) chain_flush(lab, i);
@@ -652,12 +678,10 @@ void* lab_refill(Lab* lab, unsigned c) {
 }
 
 void lab_free_block(Lab* lab, void* p, Span* d) {
-  unsigned c = d->cls.load(std::memory_order_relaxed);
   if (d->owner.load(std::memory_order_relaxed) == lab) {
     own_push(d, p);  // an emptied kept span stays kept (release_empty_kept); counted by own_take
   } else {
-    lab_defer_free(lab, d, p);  // batched: one CAS per run of frees into one span
-    lab_count(lab->frees[c]);
+    lab_defer_free(lab, d, p);  // batched: one CAS per run of frees into one span; counted by chain_flush
   }
 }
 

@@ -43,9 +43,11 @@
 //   of own_count of its blocks, which its holder pushes onto
 //   allocs[c], frees[c] are written only by the LAB's holder (relaxed); a
 //   thread frees into another thread's span counts the free in its own LAB;
-//   a free onto an own list is counted when the list is taken (own_take), so
-//   the LAB's frees of class c are frees[c] plus the own counts of its spans
-//   of class c (lab_frees_of).
+//   a free onto an own list is counted when the list is taken (own_take), and
+//   a free onto a pending chain when the chain goes to its span (chain_flush),
+//   so the LAB's frees of class c are frees[c] and cpu_frees[c] plus the own
+//   counts of its spans of class c (lab_frees_of) plus the blocks of its
+//   chains of class c (lab_add_pending_frees).
 //   cpu_allocs[c], cpu_frees[c] only grow, by atomic adds of any thread.
 //   kept_at(c, 0..kept_n[c]) are distinct HOT spans of class c with owner ==
 //   this LAB, none of them hot[c]; kept_bytes is the sum of their span_bytes
@@ -70,6 +72,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/config.h"
 #include "core/relaxed.h"
@@ -143,6 +146,38 @@ static_assert(kKeptSpans % kKeptGroup == 0 && kKeptSpans <= 65535, "kept_n and k
 // or fewer kept spans in a class, every one.
 constexpr unsigned kKeptLook = 16;
 
+// A field of a LAB that only its holder writes and other threads read for
+// figures (lab_frees_of, lab_pending_count): relaxed loads and stores, which
+// compile to plain moves, so the holder's code reads as it would with a plain
+// field.
+template <typename T>
+struct HolderField {
+  std::atomic<T> v;
+  operator T() const { return v.load(std::memory_order_relaxed); }
+  T operator->() const
+    requires std::is_pointer_v<T>
+  {
+    return *this;
+  }
+  HolderField& operator=(T x) {
+    v.store(x, std::memory_order_relaxed);
+    return *this;
+  }
+  HolderField& operator=(const HolderField& other) { return *this = T(other); }
+  T operator++(int) {  // the holder's only: a load and a store
+    T old = *this;
+    *this = T(old + 1);
+    return old;
+  }
+  T operator--() {
+    T now = T(T(*this) - 1);
+    *this = now;
+    return now;
+  }
+  HolderField& operator+=(T x) { return *this = T(T(*this) + x); }
+  HolderField& operator-=(T x) { return *this = T(T(*this) - x); }
+};
+
 // Blocks freed into one span this LAB does not own, not yet given to it:
 // freeing into that span again is plain pointer work. A chain fills on the
 // fast path, and goes to its span in one CAS when the next free into the span
@@ -201,17 +236,20 @@ constexpr unsigned kKeptLook = 16;
 // (docs/design.md takes it as an extra fraction in the blowup bound). Other
 // LABs keep kPendingBudget.
 //
-// A push writes head and room, in that order; the holder alone writes them
-// (readers elsewhere take a figure, lab_pending_count). Per-CPU mode's fast
+// A push writes head and room, in that order; the holder alone writes them.
+// Statistics on other threads read span, room and limit for a figure
+// (lab_pending_count, lab_add_pending_frees): those are HolderFields, whose
+// relaxed stores compile to the plain moves, and free's fast path compares
+// span and decrements room in place through core/relaxed.h. Per-CPU mode's fast
 // path (platform/rseq.h, rseq_push_counted) commits both in one 16-byte store:
 // head and the word that holds room are adjacent, and the store rewrites
 // limit and spare with the values the section read.
 struct PendingChain {
-  Span* span;      // nullptr: the slot is empty; first: rseq_push_counted compares it
-  void* head;      // the block freed last; nullptr when empty
-  uint16_t room;   // frees the chain still takes (0 only in a CPU LAB, until
-                   // its next free into the span gives it); first in its word
-  uint16_t limit;  // its room when it started: the blocks it takes in all, plus spare
+  HolderField<Span*> span;  // nullptr: the slot is empty; first: rseq_push_counted compares it
+  void* head;               // the block freed last; nullptr when empty
+  HolderField<uint16_t> room;   // frees the chain still takes (0 only in a CPU LAB, until
+                                // its next free into the span gives it); first in its word
+  HolderField<uint16_t> limit;  // its room when it started: the blocks it takes in all, plus spare
   uint16_t spare;  // 1: the free that finds room 1 starts the next chain (below), 0: it fills this one
   uint16_t unused;
   void* tail;
@@ -258,38 +296,15 @@ FW_INLINE uint32_t pending_count(const PendingChain& ch) {
   return ch.span == nullptr ? 0 : uint32_t(ch.limit) - ch.room;
 }
 
-// A field of a LAB that only its holder writes and other threads read for
-// figures (lab_frees_of): relaxed loads and stores, which compile to plain
-// moves, so the holder's code reads as it would with a plain field.
-template <typename T>
-struct HolderField {
-  std::atomic<T> v;
-  operator T() const { return v.load(std::memory_order_relaxed); }
-  HolderField& operator=(T x) {
-    v.store(x, std::memory_order_relaxed);
-    return *this;
-  }
-  HolderField& operator=(const HolderField& other) { return *this = T(other); }
-  T operator++(int) {  // the holder's only: a load and a store
-    T old = *this;
-    *this = T(old + 1);
-    return old;
-  }
-  T operator--() {
-    T now = T(T(*this) - 1);
-    *this = now;
-    return now;
-  }
-};
 
 struct Lab {
   void* free[kClassCount];  // first: the fast path indexes it from the LAB pointer
   HolderField<Span*> hot[kClassCount + 1];  // hot[kNoClass] stays null
-  uint32_t pending_mask;       // slots in use - 1 (above)
+  HolderField<uint32_t> pending_mask;  // slots in use - 1 (above); statistics read it (lab_pending_count)
   uint32_t pending_started;    // chains started in this window
   uint32_t pending_conflicts;  // of them, by evicting another span's chain with room left
   uint32_t pending_buddies;    // of them, with a chain with room left in the slot they would share with half the slots
-  uint32_t pending_bytes;      // sum over chains of pending_bytes_of (below)
+  HolderField<uint32_t> pending_bytes;  // sum over chains of pending_bytes_of (below); read as pending_mask
   uint32_t pending_budget;     // bytes its chains may hold (above); kPendingBudget unless its chains grow
   uint32_t pending_offsets;    // pending_mask * sizeof(PendingChain): free's fast path (pending_chain_of)
   uint32_t kept_next;          // release_empty_kept's next class to visit, at most kClassCount
@@ -305,6 +320,7 @@ struct Lab {
   // (percpu.h), one atomic add (lab_count_shared) with the LAB's address still
   // in a register: the thread may add after the LAB left its slot, even while
   // a thread holds it as its own LAB, whose counts are allocs[] and frees[].
+  // (Pushes onto pending chains are counted by chain_flush, in frees[].)
   std::atomic<uint64_t> cpu_allocs[kClassCount];
   std::atomic<uint64_t> cpu_frees[kClassCount];
   std::atomic<uint32_t> kind;
@@ -414,7 +430,11 @@ FW_INLINE void lab_count(std::atomic<uint64_t>& counter) { single_writer_add_one
 FW_INLINE uint64_t lab_allocs_of(const Lab* lab, unsigned c) {
   return lab->allocs[c].load(std::memory_order_relaxed) + lab->cpu_allocs[c].load(std::memory_order_relaxed);
 }
+// Not the blocks on lab's pending chains, which are frees too (counted when
+// a chain goes to its span): lab_add_pending_frees adds them, all classes in
+// one pass over the slots.
 uint64_t lab_frees_of(const Lab* lab, unsigned c);
+void lab_add_pending_frees(const Lab* lab, uint64_t frees[kClassCount]);
 
 // Adds one to a counter that any thread may add to (cpu_allocs, cpu_frees):
 // one locked add on x86-64.

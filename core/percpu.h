@@ -24,7 +24,9 @@
 //     lab_take handed it out), which alone touches its lists;
 //   - the fast paths' counts go to the cpu_allocs and cpu_frees of the LAB
 //     their section used (atomic adds: the LAB may have left the slot since),
-//     the slow paths' to the holder's allocs and frees; stats add both.
+//     the slow paths' to the holder's allocs and frees; stats add both. A free
+//     onto a pending chain is not counted by its section: the holder that
+//     gives the chain to its span counts its blocks (chain_flush, lab.h).
 // Nothing is bound to a thread: thread exit releases nothing, a thread that
 // migrates just uses another CPU's LAB, and a thread frozen or killed inside a
 // section has been moved out of it by the kernel. Only a thread stopped for
@@ -142,7 +144,9 @@ FW_NOINLINE void* percpu_malloc_slow(unsigned c, size_t n);
 FW_NOINLINE void percpu_free_slow(void* p, struct Span* d, bool checked);
 // A fast-path operation is counted in the LAB its section used (lab.h:
 // cpu_allocs, cpu_frees), whose address the section gives back: one atomic add
-// on a line that threads of that CPU write. Stats and telemetry sum every LAB's.
+// on a line that threads of that CPU write (none for a push onto a pending
+// chain, counted when the chain goes to its span). Stats and telemetry sum
+// every LAB's.
 
 // fw_collect in per-CPU mode: the calling thread visits each CPU it may run
 // on and releases that CPU's LAB's hot spans and pending chains (the LAB stays

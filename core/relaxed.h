@@ -49,6 +49,21 @@ FW_INLINE void single_writer_add_one(std::atomic<T>& counter) {
 #endif
 }
 
+// Subtracts one from a 16-bit counter that only one thread writes (a pending
+// chain's room, lab.h) and others read with relaxed loads; true when it is 0
+// after: `subw $1, mem` and the zero flag.
+FW_INLINE bool single_writer_sub_one_is_zero(std::atomic<uint16_t>& counter) {
+#if FW_FOLD_RELAXED
+  bool zero;
+  asm volatile("subw $1, %0" : "+m"(counter), "=@ccz"(zero));
+  return zero;
+#else
+  const uint16_t now = uint16_t(counter.load(std::memory_order_relaxed) - 1);
+  counter.store(now, std::memory_order_relaxed);
+  return now == 0;
+#endif
+}
+
 // x < m, m loaded relaxed (unsigned compare).
 FW_INLINE bool below_relaxed(uint32_t x, const std::atomic<uint32_t>& m) {
 #if FW_FOLD_RELAXED

@@ -38,6 +38,7 @@ void sum_labs(ClassTotals& t) {
       t.allocs[c] += lab_allocs_of(lab, c);
       t.frees[c] += lab_frees_of(lab, c);
     }
+    lab_add_pending_frees(lab, t.frees);
   }
 }
 

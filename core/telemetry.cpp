@@ -180,6 +180,7 @@ void write_snapshot(fwt_header* h, uint64_t start_ns, uint64_t last_publish_ns) 
       out.frees += lab_frees_of(lab, c);
     }
     out.pending = lab_pending_count(lab);
+    out.frees += out.pending;  // frees too, counted when their chains go to their spans (lab.h)
     for (uint32_t k = 0; k < cpus && out.kind == kLabCpu; k++) {
       if (percpu_slot(k) != lab) continue;
       out.cpu_slot = k + 1;

@@ -64,6 +64,13 @@ FloatedBlocks malloc_past_kept() {
   return f;
 }
 
+// The frees of class c that fw_stats reports, all LABs together.
+uint64_t class_frees(unsigned c) {
+  fw_stats_t st;
+  fw_stats(&st);
+  return st.classes[sized_class(c)].frees;
+}
+
 }  // namespace
 
 TEST_CASE("a thread's first call binds a LAB through the EMPTY placeholder") {
@@ -185,6 +192,8 @@ TEST_CASE("frees into spans the thread let float wait in pending chains, one per
     REQUIRE(mine.size() > limit + 1);
     const PendingChain& ch = lab_current()->pending[pending_slot_in(lab_current(), first)];
     const uint64_t held0 = lab_held_bytes(), pending0 = lab_current()->pending_bytes;
+    const unsigned c = class_of(64);
+    const uint64_t counted0 = lab_current()->frees[c].load(), stated0 = class_frees(c);
     for (uint32_t i = 0; i < limit; i++) fw_free(mine[i]);
     // What the LABs hold (the mode switch's measure, percpu.h) grew by the chain's budget.
     CHECK(lab_current()->pending_bytes > pending0);
@@ -194,12 +203,18 @@ TEST_CASE("frees into spans the thread let float wait in pending chains, one per
     CHECK(pending_count(ch) == limit);
     CHECK(Anchor::unpack(first->anchor.load()).count == 0);
     CHECK(fw_check_heap() == 0);  // the block equation counts pending blocks as free
-    // The next free into the span gives the chain to it in one step and starts
-    // the next chain with itself.
+    // They are not counted one by one (free's fast path loads no class for
+    // them), yet fw_stats counts them: it adds what the chains hold.
+    CHECK(lab_current()->frees[c].load() == counted0);
+    CHECK(class_frees(c) == stated0 + limit);
+    // The next free into the span gives the chain to it in one step, counting
+    // its blocks, and starts the next chain with itself.
     fw_free(mine[limit]);
     CHECK(Anchor::unpack(first->anchor.load()).count == limit);
     CHECK(ch.span == first);
     CHECK(pending_count(ch) == 1);
+    CHECK(lab_current()->frees[c].load() == counted0 + limit);
+    CHECK(class_frees(c) == stated0 + limit + 1);
     // A free into another floated span uses that span's chain and leaves this one.
     void* other = nullptr;
     for (void* p : others) {
