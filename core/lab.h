@@ -296,7 +296,6 @@ FW_INLINE uint32_t pending_count(const PendingChain& ch) {
   return ch.span == nullptr ? 0 : uint32_t(ch.limit) - ch.room;
 }
 
-
 struct Lab {
   void* free[kClassCount];  // first: the fast path indexes it from the LAB pointer
   HolderField<Span*> hot[kClassCount + 1];  // hot[kNoClass] stays null
