@@ -285,7 +285,7 @@ void chain_flush(Lab* lab, unsigned i) {
   const uint32_t bytes = pending_bytes_of(ch, s->block_size.load(std::memory_order_relaxed));
   lab->pending_bytes -= bytes;
   g_pending_total.fetch_sub(int64_t(bytes), std::memory_order_relaxed);
-  const uint32_t n = uint32_t(ch.limit) - ch.room;
+  const uint32_t n = pending_count(ch);
   lab_count_n(lab->frees[s->cls.load(std::memory_order_relaxed)], n);
   span_free_list(s, ch.head, ch.tail, n);
   ch = PendingChain{};
