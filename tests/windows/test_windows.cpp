@@ -274,6 +274,90 @@ TEST_CASE("platform: randomness, time, environment, names; GetLastError is kept"
   CHECK(probe.seen == 1234);
 }
 
+TEST_CASE("platform: read_word_nofault reads a committed word, never faults, and keeps GetLastError") {
+  using namespace fw::os;
+  auto* page = static_cast<uintptr_t*>(VirtualAlloc(nullptr, 4096, MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE));
+  REQUIRE(page != nullptr);
+  page[5] = 0x5eed1234abcdull;
+  uintptr_t v = 0;
+  SetLastError(4321);
+  bool ok = read_word_nofault(page + 5, &v);
+  DWORD e = GetLastError();
+  REQUIRE(ok);
+  CHECK(v == 0x5eed1234abcdull);
+  CHECK(e == 4321);
+  // Released: Windows refuses the read, wine reads zeros (platform/os.h). Either
+  // way no fault, and no stale word.
+  REQUIRE(VirtualFree(page, 0, MEM_RELEASE));
+  v = 5;
+  SetLastError(4321);
+  ok = read_word_nofault(page + 5, &v);
+  e = GetLastError();
+  CHECK(e == 4321);
+  if (ok) CHECK(v == 0);
+  else CHECK(v == 5);
+  // The first 64 KiB are never mapped: refused everywhere.
+  v = 5;
+  CHECK_FALSE(read_word_nofault(nullptr, &v));
+  CHECK_FALSE(read_word_nofault(reinterpret_cast<void*>(uintptr_t(0x8000)), &v));
+  CHECK(v == 5);
+}
+
+// The store-buffering litmus test of tests/test_os.cpp: the other thread
+// stores x and loads y with no fence; this one stores y, runs the barrier
+// (FlushProcessWriteBuffers) and loads x; never may both loads miss.
+TEST_CASE("platform: process_barrier orders another thread's store before its load, for the caller") {
+  struct Litmus {
+    alignas(64) std::atomic<uint32_t> x{0};
+    alignas(64) std::atomic<uint32_t> y{0};
+    alignas(64) std::atomic<uint32_t> arrived{0};
+    alignas(64) std::atomic<uint32_t> done{0};
+    alignas(64) std::atomic<uint32_t> r1{0};
+    uint32_t rounds = 0;
+    static void rendezvous(std::atomic<uint32_t>& arrived, uint32_t i) {
+      arrived.fetch_add(1, std::memory_order_seq_cst);
+      while (arrived.load(std::memory_order_acquire) < 2 * i) {
+      }
+    }
+    void operator()() {
+      for (uint32_t i = 1; i <= rounds; i++) {
+        rendezvous(arrived, i);
+        x.store(1, std::memory_order_relaxed);
+        std::atomic_signal_fence(std::memory_order_seq_cst);
+        r1.store(y.load(std::memory_order_relaxed), std::memory_order_relaxed);
+        done.store(i, std::memory_order_release);
+      }
+    }
+  };
+  auto run = [](uint32_t rounds, bool barrier) {
+    static Litmus t;  // aligned members: not on a thread's stack
+    t.x = 0, t.y = 0, t.arrived = 0, t.done = 0, t.r1 = 0, t.rounds = rounds;
+    HANDLE h = start_thread(&t);
+    uint32_t both_missed = 0;
+    for (uint32_t i = 1; i <= rounds; i++) {
+      t.x.store(0, std::memory_order_relaxed);
+      t.y.store(0, std::memory_order_relaxed);
+      Litmus::rendezvous(t.arrived, i);
+      t.y.store(1, std::memory_order_relaxed);
+      if (barrier) {
+        REQUIRE(fw::os::process_barrier());
+      } else {
+        std::atomic_signal_fence(std::memory_order_seq_cst);
+      }
+      const uint32_t r2 = t.x.load(std::memory_order_relaxed);
+      while (t.done.load(std::memory_order_acquire) != i) {
+      }
+      if (t.r1.load(std::memory_order_relaxed) == 0 && r2 == 0) both_missed++;
+    }
+    WaitForSingleObject(h, INFINITE);
+    CloseHandle(h);
+    return both_missed;
+  };
+  const uint32_t control = run(100000, false);
+  MESSAGE("rounds where both loads missed without the barrier: " << control << " of 100000");
+  CHECK(run(20000, true) == 0);
+}
+
 // --- The API with Windows semantics, in a statically linked program --------
 
 TEST_CASE("static link: malloc, calloc, realloc, new and the CRT names are freeway's") {
