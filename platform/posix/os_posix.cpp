@@ -597,7 +597,6 @@ bool process_barrier() { return false; }
 #endif
 
 #if defined(__linux__)
-
 bool read_word_nofault(const void* addr, uintptr_t* out) {
   const int saved = errno;
   uintptr_t v = 0;
