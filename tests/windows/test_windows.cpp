@@ -28,6 +28,7 @@
 #include "freeway_telemetry.h"
 #include "platform/os.h"
 #include "shim/windows/patch.h"
+#include "tests/litmus.h"
 #include "tests/rng.h"
 
 // msvcrt exports it; mingw's headers declare it only for newer CRT versions.
@@ -303,55 +304,17 @@ TEST_CASE("platform: read_word_nofault reads a committed word, never faults, and
   CHECK(v == 5);
 }
 
-// The store-buffering litmus test of tests/test_os.cpp: the other thread
-// stores x and loads y with no fence; this one stores y, runs the barrier
-// (FlushProcessWriteBuffers) and loads x; never may both loads miss.
+// The store-buffering litmus test (tests/litmus.h) with
+// FlushProcessWriteBuffers as the barrier: never may both loads miss.
 TEST_CASE("platform: process_barrier orders another thread's store before its load, for the caller") {
-  struct Litmus {
-    alignas(64) std::atomic<uint32_t> x{0};
-    alignas(64) std::atomic<uint32_t> y{0};
-    alignas(64) std::atomic<uint32_t> arrived{0};
-    alignas(64) std::atomic<uint32_t> done{0};
-    alignas(64) std::atomic<uint32_t> r1{0};
-    uint32_t rounds = 0;
-    static void rendezvous(std::atomic<uint32_t>& arrived, uint32_t i) {
-      arrived.fetch_add(1, std::memory_order_seq_cst);
-      while (arrived.load(std::memory_order_acquire) < 2 * i) {
-      }
-    }
-    void operator()() {
-      for (uint32_t i = 1; i <= rounds; i++) {
-        rendezvous(arrived, i);
-        x.store(1, std::memory_order_relaxed);
-        std::atomic_signal_fence(std::memory_order_seq_cst);
-        r1.store(y.load(std::memory_order_relaxed), std::memory_order_relaxed);
-        done.store(i, std::memory_order_release);
-      }
-    }
-  };
   uint32_t refused = 0;  // barriers that returned false, checked after the join (not a REQUIRE in the loop)
   auto run = [&refused](uint32_t rounds, bool barrier) {
-    static Litmus t;  // aligned members: not on a thread's stack
-    t.x = 0, t.y = 0, t.arrived = 0, t.done = 0, t.r1 = 0, t.rounds = rounds;
-    HANDLE h = start_thread(&t);
-    uint32_t both_missed = 0;
-    for (uint32_t i = 1; i <= rounds; i++) {
-      t.x.store(0, std::memory_order_relaxed);
-      t.y.store(0, std::memory_order_relaxed);
-      Litmus::rendezvous(t.arrived, i);
-      t.y.store(1, std::memory_order_relaxed);
-      if (barrier) {
-        if (!fw::os::process_barrier()) refused++;
-      } else {
-        std::atomic_signal_fence(std::memory_order_seq_cst);
-      }
-      const uint32_t r2 = t.x.load(std::memory_order_relaxed);
-      while (t.done.load(std::memory_order_acquire) != i) {
-      }
-      if (t.r1.load(std::memory_order_relaxed) == 0 && r2 == 0) both_missed++;
-    }
+    auto* t = new fwtest::StoreBuffering(rounds);  // aligned members: not on a thread's stack
+    HANDLE h = start_thread(t);
+    const uint32_t both_missed = t->run(barrier ? &fw::os::process_barrier : nullptr, &refused);
     WaitForSingleObject(h, INFINITE);
     CloseHandle(h);
+    delete t;
     return both_missed;
   };
   const uint32_t control = run(100000, false);
