@@ -406,8 +406,8 @@ uint64_t retain_bound(uint64_t now) {
 // committed bytes: the evidence shows partway through a cycle, whose rest
 // commits more (and runs placed apart from the first cycle's commit more
 // again), so a footprint fixed at the sample had a later give pass it and
-// give back pages the next cycle faulted in again (8 MiB of the test's 56 in
-// one run of 16). A program that frees a generation of blocks and allocates
+// give back pages the next cycle faulted in again (24 MiB of the test's 64,
+// in about one run in twelve). A program that frees a generation of blocks and allocates
 // nothing shows no rise, and its pool is bounded as before; and what any cycle
 // leaves unused for FREEWAY_DECAY_MS goes back with the decay all the same. The
 // figures are samples (relaxed, unordered among gives): a lost one costs a pass
@@ -424,6 +424,7 @@ uint64_t give_bound(uint64_t now, uint64_t kept, uint64_t delay) {
   const uint64_t bound = retain_bound(now);
   if (kept <= bound) return bound;
   uint64_t footprint = 0;
+  const uint64_t committed = g_committed.load(std::memory_order_relaxed);
   const uint64_t at = g_footprint_at.load(std::memory_order_relaxed);
   if (now - at <= delay) {
     footprint = g_footprint.load(std::memory_order_relaxed);
@@ -431,7 +432,6 @@ uint64_t give_bound(uint64_t now, uint64_t kept, uint64_t delay) {
       if (at != now) g_footprint_at.store(now, std::memory_order_relaxed);  // a store per clock tick at most
       return footprint;
     }
-    const uint64_t committed = g_committed.load(std::memory_order_relaxed);
     if (footprint != 0 && kept <= committed) {  // the cycle committed more since the sample
       g_footprint.store(committed, std::memory_order_relaxed);
       g_footprint_at.store(now, std::memory_order_relaxed);
@@ -439,7 +439,6 @@ uint64_t give_bound(uint64_t now, uint64_t kept, uint64_t delay) {
     }
   }
   const uint64_t gave = g_bound_gave.load(std::memory_order_relaxed);
-  const uint64_t committed = g_committed.load(std::memory_order_relaxed);
   if (gave != 0 && now - g_bound_gave_at.load(std::memory_order_relaxed) <= delay &&
       committed >= g_committed_after_pass.load(std::memory_order_relaxed) + gave / 2 && kept <= committed) {
     g_bound_gave.store(0, std::memory_order_relaxed);
