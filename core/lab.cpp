@@ -45,15 +45,20 @@ struct IdleLink {
 };
 constinit TaggedStack<IdleLink> g_idle;
 
+// The memory first, then the id: an id taken before a mapping that failed (an
+// address-space limit) was never used again, and enough such failures would
+// have used up kMaxLabs. Callers racing for the last ids may map a LAB that
+// gets none; it is not given back (metadata never is), which happens at most
+// once per such caller.
 Lab* lab_new() {
-  uint32_t id = g_lab_next.fetch_add(1, std::memory_order_relaxed);
-  if (id >= kMaxLabs) {
-    g_lab_next.fetch_sub(1, std::memory_order_relaxed);
-    return nullptr;
-  }
+  if (g_lab_next.load(std::memory_order_relaxed) >= kMaxLabs) return nullptr;
   size_t bytes = (sizeof(Lab) + os::page_size() - 1) & ~(os::page_size() - 1);
   Lab* lab = static_cast<Lab*>(os::alloc_metadata(bytes));  // zero-filled
   if (lab == nullptr) return nullptr;
+  uint32_t id = g_lab_next.load(std::memory_order_relaxed);
+  do {
+    if (id >= kMaxLabs) return nullptr;
+  } while (!g_lab_next.compare_exchange_weak(id, id + 1, std::memory_order_relaxed));
   lab->id = id;
   set_pending_slots(lab, kPendingChains);
   lab->pending_budget = kPendingBudget;
@@ -252,6 +257,14 @@ Lab* lab_take_transient() {
   Lab* lab = lab_take();
   if (lab) lab->kind.store(kLabTransient, std::memory_order_relaxed);
   return lab;
+}
+
+void lab_make_idle(unsigned n) {
+  for (unsigned i = 0; i < n; i++) {
+    Lab* lab = lab_new();
+    if (lab == nullptr) return;
+    lab_put(lab);
+  }
 }
 
 Lab* lab_take_cpu() {

@@ -491,6 +491,12 @@ void lab_put_transient(Lab* lab);
 // chains and makes it idle.
 Lab* lab_take_cpu();
 void lab_retire(Lab* lab);
+// Makes up to n new LABs idle (fewer if there is no memory). Per-CPU mode
+// makes one per CPU when it starts: a CPU's slot is empty the first time a
+// thread runs there, and a LAB made then needs a new mapping, which an
+// address-space limit reached by then refuses, so that malloc failed with
+// memory free in the heap.
+void lab_make_idle(unsigned n);
 // Releases every hot and kept span of lab and gives its pending frees to their
 // span (its holder calls this).
 void lab_flush(Lab* lab);

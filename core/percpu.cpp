@@ -78,6 +78,7 @@ void decide() {
     return;
   }
   if (want == 1) {
+    lab_make_idle(unsigned(os::cpu_count()));  // lab.h: one per CPU the process may run on
     g_percpu.on.store(true, std::memory_order_release);
   } else {
     uint32_t twice = 2 * uint32_t(os::cpu_count());

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <new>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -329,6 +330,52 @@ TEST_CASE("with RLIMIT_AS lowered just above current use after start, threads al
     std::printf("oom: RLIMIT_AS = VmSize + 128 MiB after start: %d threads got %zu blocks before ENOMEM, then %zu in "
                 "a second round; allocation worked after each\n",
                 kThreads, totals[0], totals[1]);
+    return 0;
+  });
+  CHECK(rc == 0);
+}
+
+TEST_CASE("at the address-space limit, a thread that moves to a CPU it has not run on yet still allocates from "
+          "the memory the heap has free") {
+  // In per-CPU mode (per_cpu.test_oom) the first call on a CPU finds its slot
+  // empty; the LAB it then took was made with a new mapping, which the limit
+  // refused, so malloc failed with ENOMEM beside 8 MiB free in the heap
+  // (core/lab.h, lab_make_idle). Per-thread mode gives the same answers.
+  int rc = in_child([]() -> int {
+    cpu_set_t allowed;
+    EXPECT(2, sched_getaffinity(0, sizeof allowed, &allowed) == 0);
+    int cpus[2], found = 0;
+    for (int c = 0; c < CPU_SETSIZE && found < 2; c++)
+      if (CPU_ISSET(c, &allowed)) cpus[found++] = c;
+    if (found < 2) {
+      std::printf("oom: one CPU only: the move to another CPU is not tried\n");
+      return 0;
+    }
+    auto pin = [](int c) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(c, &one);
+      return sched_setaffinity(0, sizeof one, &one) == 0 && sched_getcpu() == c;
+    };
+    EXPECT(3, pin(cpus[0]));
+    std::vector<void*> v;
+    v.reserve(1 << 16);
+    void* big = malloc(8 * MiB);  // freed below: spans for the small blocks to come
+    EXPECT(4, big != nullptr);
+    std::memset(big, 1, 8 * MiB);
+    free(big);
+    EXPECT(5, limit_as(vm_size()));  // no new mapping from here on
+    EXPECT(6, pin(cpus[1]));
+    for (int i = 0; i < 1000; i++) {
+      errno = 0;
+      void* p = malloc(64 + size_t(i % 8) * 64);
+      EXPECT(7, p != nullptr);
+      std::memset(p, 2, 64);
+      v.push_back(p);
+    }
+    EXPECT(8, pin(cpus[0]));
+    for (void* p : v) free(p);
+    EXPECT(9, fw_check_heap() == 0);
     return 0;
   });
   CHECK(rc == 0);
