@@ -34,9 +34,17 @@ constinit std::atomic<bool> g_over{false};
 // And at the bind before that: the threads are many (percpu_thread_bound).
 constinit std::atomic<bool> g_many{false};
 
+// Makes the CPUs' first LABs (lab.h: lab_make_idle), once, before per-CPU mode is on.
+constinit std::atomic<bool> g_made_cpu_labs{false};
+void make_cpu_labs() {
+  if (!g_made_cpu_labs.exchange(true, std::memory_order_relaxed)) lab_make_idle(unsigned(os::cpu_count()));
+}
+
 // The threads are many and their caches hold more than kPerThreadHeldMax: per-CPU from now on.
 void switch_if_held_much() {
-  if (lab_held_bytes() > kPerThreadHeldMax) g_percpu.on.store(true, std::memory_order_release);
+  if (lab_held_bytes() <= kPerThreadHeldMax) return;
+  make_cpu_labs();
+  g_percpu.on.store(true, std::memory_order_release);
 }
 
 // The CPU's slot array and counter rows; false if there is no memory for them.
@@ -78,7 +86,7 @@ void decide() {
     return;
   }
   if (want == 1) {
-    lab_make_idle(unsigned(os::cpu_count()));  // lab.h: one per CPU the process may run on
+    make_cpu_labs();
     g_percpu.on.store(true, std::memory_order_release);
   } else {
     uint32_t twice = 2 * uint32_t(os::cpu_count());
