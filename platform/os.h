@@ -145,8 +145,8 @@ uint64_t process_id();
 // every load the other thread makes after it sees the caller's stores made
 // before the call. Linux x86-64: membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED),
 // registered at the first call (Linux 4.14 and later); Windows:
-// FlushProcessWriteBuffers. false if the OS offers none: the caller must do
-// without. A system call that interrupts every CPU running the process (here,
+// FlushProcessWriteBuffers, refused under wine (a stub there). false if the OS
+// offers none: the caller must do without. A system call that interrupts every CPU running the process (here,
 // 2 cores: 0.12 us alone, 2.7 us with another thread running): for rare work,
 // the kept-span hand-shake's thief (docs/design.md, not built yet).
 bool process_barrier();

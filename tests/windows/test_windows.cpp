@@ -319,6 +319,15 @@ TEST_CASE("platform: process_barrier orders another thread's store before its lo
   };
   const uint32_t control = run(100000, false);
   MESSAGE("rounds where both loads missed without the barrier: " << control << " of 100000");
+  // Under wine the barrier is refused (os_windows.cpp: its
+  // FlushProcessWriteBuffers is a stub), and only that is checked there.
+  HMODULE ntdll = GetModuleHandleW(L"ntdll.dll");
+  const bool wine = ntdll != nullptr && GetProcAddress(ntdll, "wine_get_version") != nullptr;
+  if (wine) {
+    CHECK_FALSE(fw::os::process_barrier());
+    MESSAGE("wine: process_barrier is refused; the ordering is checked on Windows only");
+    return;
+  }
   CHECK(run(20000, true) == 0);
   CHECK(refused == 0);
 }
