@@ -146,9 +146,10 @@ uint64_t process_id();
 // before the call. Linux x86-64: membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED),
 // registered at the first call (Linux 4.14 and later); Windows:
 // FlushProcessWriteBuffers, refused under wine (a stub there). false if the OS
-// offers none: the caller must do without. A system call that interrupts every CPU running the process (here,
-// 2 cores: 0.12 us alone, 2.7 us with another thread running): for rare work,
-// the kept-span hand-shake's thief (docs/design.md, not built yet).
+// offers none: the caller must do without. A system call that interrupts every
+// CPU running the process (here, 2 cores: 0.12 us alone, 2.7 us with another
+// thread running): for rare work, the kept-span hand-shake's thief
+// (docs/design.md, not built yet).
 bool process_barrier();
 // Reads the word at addr of this process's memory into *out, and never faults:
 // false where the OS cannot read it (Linux: addr not mapped readable; Windows:

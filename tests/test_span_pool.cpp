@@ -390,6 +390,7 @@ TEST_CASE("a buffer grown again and again, moved each time it outgrows its run, 
   const uint64_t second = cycle(&fell_early);
   // The premise: the bound gave pages back at the first cycle's end, and
   // the second faulted them in again.
+  REQUIRE(fell_early > 0);
   REQUIRE(second > max / 8);
   const uint64_t third = cycle(&fell_late);
   const uint64_t fourth = cycle(&fell_late);
