@@ -407,11 +407,11 @@ uint64_t retain_bound(uint64_t now) {
 // commits more (and runs placed apart from the first cycle's commit more
 // again), so a footprint fixed at the sample had a later give pass it and
 // give back pages the next cycle faulted in again (24 MiB of the test's 64,
-// in about one run in twelve). A program that frees a generation of blocks and allocates
-// nothing shows no rise, and its pool is bounded as before; and what any cycle
-// leaves unused for FREEWAY_DECAY_MS goes back with the decay all the same. The
-// figures are samples (relaxed, unordered among gives): a lost one costs a pass
-// at worst.
+// in about one run in twelve). A program that frees a generation of blocks
+// and allocates nothing shows no rise, and its pool is bounded as before; and
+// what any cycle leaves unused for FREEWAY_DECAY_MS goes back with the decay
+// all the same. The figures are samples (relaxed, unordered among gives): a
+// lost one costs a pass at worst.
 std::atomic<uint64_t> g_bound_gave{0};            // bytes the bound's last pass gave back, 0 once used
 std::atomic<uint64_t> g_bound_gave_at{0};         // ms
 std::atomic<uint64_t> g_committed_after_pass{0};  // g_committed when that pass ended
