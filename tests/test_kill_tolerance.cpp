@@ -98,6 +98,9 @@ thread_local Worker* t_self = nullptr;
 std::atomic<uint64_t> g_errors{0}, g_ops{0}, g_remote_frees{0}, g_frozen{0}, g_missed{0};
 std::atomic<uint64_t> g_attempts{0}, g_short_lived{0}, g_main_progress{0}, g_freezer_progress{0};
 std::atomic<bool> g_stop_workers{false}, g_stop_freezer{false}, g_watchdog_stop{false};
+// The freezer ended its plan (its cap of frozen threads, or the RSS limit)
+// before the run's end: from then on it makes no progress by design.
+std::atomic<bool> g_freezer_done{false};
 constexpr int kMaxPcs = 8192;
 uintptr_t g_frozen_pcs[kMaxPcs];  // offsets into libfreeway.so
 
@@ -280,6 +283,7 @@ void* freezer_main(void* arg) {
       sleep_ns(r.next() % 200000);
     }
   }
+  g_freezer_done = true;
   return nullptr;
 }
 
@@ -352,7 +356,7 @@ void* watchdog_main(void*) {
     uint64_t m = g_main_progress.load();
     if (m != main_last) main_last = m, main_since = t;
     uint64_t f = g_freezer_progress.load();
-    if (f != fr_last || g_stop_freezer.load()) fr_last = f, fr_since = t;
+    if (f != fr_last || g_stop_freezer.load() || g_freezer_done.load()) fr_last = f, fr_since = t;
     const char* who = nullptr;
     if (double(t - main_since) / 1e9 > g_stall_seconds) who = "the main thread (starting and joining threads)";
     if (double(t - fr_since) / 1e9 > g_stall_seconds) who = "the freezer thread";
