@@ -265,12 +265,18 @@ uint32_t take_all(unsigned first_tier = 0, std::atomic<uint32_t>* publish = null
 // region's fresh vspans start (if any; one per frontier, arena.h) grows to n
 // over them (arena_extend): a heap's top. Returns true if a run of >= n spans exists
 // afterwards.
-// A gathered span's `offset` holds the gathering call's token (top bit set;
-// real offsets of large blocks are below 2^31), so two threads coalescing at
-// the same time each see only the spans they gathered themselves.
+// A gathered span's `offset` holds the gathering call's token, so two threads
+// coalescing at the same time each see only the spans they gathered
+// themselves, and a merge sees a neighbour as gathered only if it is. Tokens
+// are odd: every real offset is a multiple of kMinAlign (a small span's
+// holds the low 32 bits of its block 0's address, a large block's its start
+// in its run), and a FREE span keeps the offset of its last use. (With the top
+// bit as the only mark, the 2^18-th merge and later could see an in-use small
+// span as gathered where its block 0's address ended in that token.)
+static_assert(kMinAlign % 2 == 0, "merge tokens are odd");
 std::atomic<uint32_t> g_coalesce_calls{0};
 bool coalesce(uint32_t n, bool force) {
-  const uint32_t kGathered = 0x80000000u | (g_coalesce_calls.fetch_add(1, std::memory_order_relaxed) & 0x7fffffffu);
+  const uint32_t kGathered = 0x80000001u | (g_coalesce_calls.fetch_add(1, std::memory_order_relaxed) << 1);
   uint32_t chain = take_all();
   for (uint32_t h = chain; h != kNoIndex; h = span_at(h)->pool_next.load(std::memory_order_relaxed)) {
     uint32_t len = span_at(h)->run_len.load(std::memory_order_relaxed);
