@@ -268,9 +268,9 @@ uint32_t take_all(unsigned first_tier = 0, std::atomic<uint32_t>* publish = null
 // A gathered span's `offset` holds the gathering call's token, so two threads
 // coalescing at the same time each see only the spans they gathered
 // themselves, and a merge sees a neighbour as gathered only if it is. Tokens
-// are odd: every real offset is a multiple of kMinAlign (a small span's
-// holds the low 32 bits of its block 0's address, a large block's its start
-// in its run), and a FREE span keeps the offset of its last use. (With the top
+// are odd: every real offset is a multiple of kMinAlign (a small span's is
+// the low 32 bits of its block 0's address, a large block's its start in its
+// run), and a FREE span keeps the offset of its last use. (With the top
 // bit as the only mark, the 2^18-th merge and later could see an in-use small
 // span as gathered where its block 0's address ended in that token.)
 static_assert(kMinAlign % 2 == 0, "merge tokens are odd");
