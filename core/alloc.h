@@ -6,11 +6,11 @@
 //   prefetch next; clear the block's free canary; bump allocs[c]; store the
 //   LAB back.
 // 20 instructions on x86-64 for malloc(n <= 1024) up to the return (GCC 12,
-// objdump; docs/design.md). When free[c] is empty, the hot span's own list
-// (the blocks the thread freed into it since, lab.h) becomes free[c] in a
-// branch of 14 more instructions, which count the list's blocks as frees
-// (own_take); everything else is in alloc.cpp and never
-// inlined. Per-CPU mode tests no flag here: its threads' slots hold the CPU
+// objdump; docs/design.md). The thread's frees into its hot span of the class
+// are on free[c] already (lab.h own_push): when free[c] is empty, the slow
+// path refills it. (Until Stop 65 those frees waited on the span's own list,
+// which a branch of 14 more instructions here moved to free[c].) The slow
+// paths are in alloc.cpp and never inlined. Per-CPU mode tests no flag here: its threads' slots hold the CPU
 // placeholder, whose empty lists lead to malloc_slow, which goes on to the
 // per-CPU path (percpu.h).
 #pragma once
@@ -48,12 +48,7 @@ FW_INLINE void* alloc_class(unsigned cls, size_t n) {
   const size_t c = cls;  // one register holds the widened class for every index below
   Lab* lab = lab_enter();
   void* p = lab->free[c];
-  if (FW_UNLIKELY(p == nullptr)) {
-    // The blocks the thread freed into its hot span since (its own list, lab.h)
-    // are the next to give; anything else is the slow path's.
-    Span* h = lab->hot[c];
-    if (h == nullptr || (p = own_take(lab, h, c)) == nullptr) return malloc_slow(n, lab, c);
-  }
+  if (FW_UNLIKELY(p == nullptr)) return malloc_slow(n, lab, c);
   void* next = block_next_fast(p);
   lab->free[c] = next;
   // The next malloc of class c reads next's link: a list of blocks freed long

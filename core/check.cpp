@@ -39,8 +39,8 @@ int check_heap() {
       uint64_t n = 0;
       for (void* b = lab->free[c]; b != nullptr && n < (1u << 20); b = block_next(b)) n++;
       in_use[c] -= n;  // owner-side free blocks (wraps back when the spans are added)
-      // The own lists of its hot and kept spans.
-      if (lab->hot[c] != nullptr) in_use[c] -= own_count(lab->hot[c]);
+      // The own lists of its kept spans (its hot span's frees are on free[c],
+      // its own count counting them as frees: span.h).
       for (unsigned i = 0; i < lab->kept_n[c] && i < kKeptSpans; i++) in_use[c] -= own_count(lab->kept_at(c, i));
     }
   }

@@ -2,7 +2,8 @@
 //
 // The fast path (free_block) handles a block of a span the calling thread's
 // LAB owns, its hot span of the class or one it keeps (lab.h: its older
-// blocks), in one path with no search, and a block of a span that already has
+// blocks), in one path with no search and no branch on which (the span's
+// own_at names the list), and a block of a span that already has
 // a pending chain in the LAB with room for more than that block (lab.h), so
 // frees into spans the thread let float cost one CAS per chain (the LAB's
 // pending_budget / slots bytes of blocks, more for a span whose chains fill:
@@ -11,14 +12,16 @@
 //   descriptor load; compare its owner with the LAB; block check (subtract the
 //   low bits of block 0's address, multiply by the descriptor's multiplier,
 //   rotate by a constant, compare with carved: secure.h); canary check and
-//   set; push onto the span's own list (head and count in the descriptor; a
-//   plain link, block_link_fast); restore the slot. The descriptor's fields
-//   are read by the instructions that use them, and the count is added to in
-//   place (relaxed.h). The LAB's frees[c] is not touched: the own count is
-//   the free's count until the list is taken (own_take, lab.h), so this case
-//   loads no class. Nor does a free onto a pending chain: the chain's blocks
-//   are counted when it goes to its span (chain_flush, lab.h).
-// 35 instructions on x86-64 up to the return (GCC 12, objdump), 41 for the
+//   set; push onto the list the descriptor's own_at names, free[c] for the
+//   hot span, the span's own list for a kept one (a plain link,
+//   block_link_fast), and add one to the descriptor's own count; restore the
+//   slot. The descriptor's fields are read by the instructions that use them,
+//   and the count is added to in place (relaxed.h). The LAB's frees[c] is not
+//   touched: the own count is the free's count until it is added there
+//   (own_take, hot_leave: lab.h), so this case loads no class. Nor does a free
+//   onto a pending chain: the chain's blocks are counted when it goes to its
+//   span (chain_flush, lab.h).
+// 36 instructions on x86-64 up to the return (GCC 12, objdump), 41 for the
 // pending case (43 while it loaded the class and counted each free), with no
 // register saved: the slow paths take p first, where
 // free has it, and no value is kept across the checks that a re-read of the

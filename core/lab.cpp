@@ -322,14 +322,15 @@ bool keeps_spans(const Lab* lab) {
 
 // Blocks kept span k has free: on its owner-side list and on its remote list.
 uint32_t kept_free_count(const Span* k) {
-  return own_count(k) + Anchor::unpack(k->anchor.load(std::memory_order_relaxed)).count;
+  // A kept span's own count is its list's length: at most its capacity.
+  return uint32_t(own_count(k)) + Anchor::unpack(k->anchor.load(std::memory_order_relaxed)).count;
 }
 
 // Gives kept span i of class c back with its list (it becomes FULL, PARTIAL or
 // FREE by its free count, span_release) and drops it from the array.
 void kept_release(Lab* lab, unsigned c, unsigned i) {
   Span* k = lab->kept_at(c, i);
-  uint32_t n = own_count(k);
+  uint32_t n = uint32_t(own_count(k));  // its list's length (kept)
   void* list = own_take(lab, k, c);
   lab->kept_at(c, i) = lab->kept_at(c, --lab->kept_n[c]);
   lab->kept_bytes -= class_info(c).span_bytes;
@@ -337,18 +338,28 @@ void kept_release(Lab* lab, unsigned c, unsigned i) {
   span_release_counted(k, list, n);
 }
 
-// Gives the hot span of class c back with its blocks on free[c] and its own
-// list, and leaves the class without one.
+// Span s becomes lab's hot span of class c: its owner's frees go onto free[c]
+// (own_at, span.h), counted in its own count, whose list stays empty.
+void hot_enter(Lab* lab, unsigned c, Span* s) {
+  lab->hot[c] = s;
+  s->own_at.store(own_hot_at(lab, c), std::memory_order_relaxed);
+}
+
+// lab's hot span s of class c stops being hot (it is kept, floated or given
+// back): the frees its own count holds are added to lab's frees[c], and its
+// owner's frees go onto its own list from here.
+void hot_leave(Lab* lab, unsigned c, Span* s) {
+  lab_count_n(lab->frees[c], own_count(s));
+  own_set(s, nullptr, 0);
+  s->own_at.store(own_list_at(s), std::memory_order_relaxed);
+}
+
+// Gives the hot span of class c back with its blocks on free[c], and leaves
+// the class without one.
 void hot_release(Lab* lab, unsigned c) {
   Span* s = lab->hot[c];
-  void* list = lab->free[c];
-  if (void* own = own_take(lab, s, c)) {  // prepend the own list: span_release counts the whole list
-    void* tail = own;
-    while (block_next(tail) != nullptr) tail = block_next(tail);
-    block_link(tail, list);
-    list = own;
-  }
-  span_release(s, list);
+  hot_leave(lab, c, s);
+  span_release(s, lab->free[c]);
   lab->hot[c] = nullptr;
   lab->free[c] = nullptr;
 }
@@ -419,9 +430,10 @@ bool kept_switch(Lab* lab, unsigned c) {
   lab->kept_look[c] = uint16_t(i);
   if (found == n) return false;
   Span* s = lab->kept_at(c, found);
-  lab->kept_at(c, found) = lab->hot[c];  // exhausted: free[c] and its own list are empty (lab_refill)
-  lab->hot[c] = s;
+  hot_leave(lab, c, lab->hot[c]);
+  lab->kept_at(c, found) = lab->hot[c];  // exhausted: free[c] is empty (lab_refill)
   lab->free[c] = own_take(lab, s, c);  // empty if its free blocks are remote: collected next
+  hot_enter(lab, c, s);
   return true;
 }
 
@@ -504,7 +516,7 @@ uint32_t lab_parked_count() {
 
 uint64_t lab_frees_of(const Lab* lab, unsigned c) {
   uint64_t n = lab->frees[c].load(std::memory_order_relaxed) + lab->cpu_frees[c].load(std::memory_order_relaxed);
-  // The own lists not taken yet (own_take).
+  // The frees its spans' own counts hold (own_take and hot_leave add them).
   if (const Span* h = lab->hot[c]) n += own_count(h);
   const unsigned kept = lab->kept_n[c];
   for (unsigned i = 0; i < kept && i < kKeptSpans; i++) {
@@ -657,7 +669,6 @@ void* lab_refill(Lab* lab, unsigned c) {
       return p;
     }
     if (Span* s = lab->hot[c]) {
-      if ((lab->free[c] = own_take(lab, s, c)) != nullptr) continue;  // the blocks its holder freed
       if ((lab->free[c] = span_collect(s)) != nullptr) continue;
       if (span_has_uncarved(s)) {
         if (void* p = span_carve_take(s, &lab->free[c])) return handed_out(lab, c, p);
@@ -666,6 +677,7 @@ void* lab_refill(Lab* lab, unsigned c) {
       if (keeps_spans(lab)) {
         if (kept_switch(lab, c)) continue;
         if (kept_has_room(lab, c)) {
+          hot_leave(lab, c, s);
           lab->kept_at(c, lab->kept_n[c]++) = s;
           lab->kept_bytes += class_info(c).span_bytes;
           lab->kept_classes |= uint64_t(1) << c;
@@ -673,7 +685,11 @@ void* lab_refill(Lab* lab, unsigned c) {
         }
       }
       if (lab->hot[c] != nullptr) {
-        if (!span_float(s, lab)) continue;  // remote frees arrived: collect them
+        hot_leave(lab, c, s);  // before the span can have another owner
+        if (!span_float(s, lab)) {  // remote frees arrived: collect them
+          hot_enter(lab, c, s);
+          continue;
+        }
         lab->hot[c] = nullptr;
       }
     }
@@ -682,8 +698,8 @@ void* lab_refill(Lab* lab, unsigned c) {
     void* list;
     Span* s = acquire_span(lab, c, &list);
     if (s == nullptr) return nullptr;
-    own_set(s, nullptr, 0);  // pool_next and large_size meant other things until now (span.h)
-    lab->hot[c] = s;
+    own_set(s, nullptr, 0);  // large_size meant another thing until now, own_frees another span's (span.h)
+    hot_enter(lab, c, s);
     lab->free[c] = list;
     if (list == nullptr) {
       if (void* p = span_carve_take(s, &lab->free[c])) return handed_out(lab, c, p);
@@ -693,7 +709,7 @@ void* lab_refill(Lab* lab, unsigned c) {
 
 void lab_free_block(Lab* lab, void* p, Span* d) {
   if (d->owner.load(std::memory_order_relaxed) == lab) {
-    own_push(d, p);  // an emptied kept span stays kept (release_empty_kept); counted by own_take
+    own_push(d, p);  // an emptied kept span stays kept (release_empty_kept); counted by own_take or hot_leave
   } else {
     lab_defer_free(lab, d, p);  // batched: one CAS per run of frees into one span; counted by chain_flush
   }
@@ -802,6 +818,8 @@ bool lab_is_valid(const Lab* lab) {
     if (a.state != kHot) ok = report_invariant("lab: hot span not in state HOT", span_index(s));
     if (s->owner.load(std::memory_order_relaxed) != lab) ok = report_invariant("lab: hot span owned by another", c);
     if (s->cls.load(std::memory_order_relaxed) != c) ok = report_invariant("lab: hot span of another class", c);
+    if (s->own_at.load(std::memory_order_relaxed) != own_hot_at(const_cast<Lab*>(lab), c))
+      ok = report_invariant("lab: the hot span's frees do not go to free[c]", c);
     uintptr_t base = span_blocks(s);
     uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
     uint32_t carved = s->carved.load(std::memory_order_relaxed);
@@ -814,7 +832,7 @@ bool lab_is_valid(const Lab* lab) {
       }
     }
     if (n > carved) ok = report_invariant("lab: free list longer than the span (cycle?)", c);
-    if (!own_list_is_valid(s)) ok = false;
+    if (own_head(s) != nullptr) ok = report_invariant("lab: hot span with an own list", c);
   }
   if (lab->kept_next > kClassCount) ok = report_invariant("lab: kept_next past the classes", lab->kept_next);
   uint64_t kept_bytes = 0;
@@ -832,7 +850,8 @@ bool lab_is_valid(const Lab* lab) {
       const Span* s = lab->kept_at(c, i);
       Anchor a = Anchor::unpack(s->anchor.load(std::memory_order_acquire));
       if (a.state != kHot || s->owner.load(std::memory_order_relaxed) != lab ||
-          s->cls.load(std::memory_order_relaxed) != c || s == lab->hot[c])
+          s->cls.load(std::memory_order_relaxed) != c || s == lab->hot[c] ||
+          s->own_at.load(std::memory_order_relaxed) != own_list_at(s))
         ok = report_invariant("lab: kept span not HOT, not ours, of another class, or the hot one", span_index(s));
       for (unsigned j = 0; j < i; j++)
         if (lab->kept_at(c, j) == s) ok = report_invariant("lab: span kept twice", span_index(s));

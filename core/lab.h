@@ -2,11 +2,13 @@
 //
 // A LAB holds, per size class, one hot span, a list of its blocks to hand out
 // (free[c]), and (per-thread LABs) up to kKeptBytes of spans it filled before
-// (kept spans, below). Frees of blocks of the spans it owns, hot or
-// kept, go onto each span's own list in its descriptor (own_head, span.h):
-// one path for both, with no search, as mimalloc's local free lists; a
-// refill moves the hot span's own list to free[c] when free[c] runs dry.
-// (Per-CPU fast paths push a block of the hot span onto free[c] directly.)
+// (kept spans, below). Its holder's frees of blocks of its hot span go onto
+// free[c], so the block freed last is the next handed out; frees of blocks of
+// its kept spans go onto each span's own list in its descriptor (own_head,
+// span.h), as mimalloc's local free lists. One path with no search serves
+// both: each owned span's descriptor names the list its frees go to (own_at,
+// own_push). A kept span that becomes hot again brings its own list to free[c]
+// (kept_switch).
 // Only the LAB's holder touches free[], hot[] and kept[], with
 // plain loads and stores; other threads reach its spans only through their
 // anchors (remote free). A LAB is held by one thread at a time:
@@ -37,10 +39,13 @@
 // Invariants (lab_is_valid):
 //   hot[kNoClass] == nullptr (span.h: the class of a span without small blocks)
 //   hot[c] == nullptr  =>  free[c] == nullptr
-//   hot[c] != nullptr  =>  hot[c] is HOT with owner == this LAB and class c, and
-//                          free[c] lists only blocks of hot[c]
-//   every span the LAB owns (hot or kept) has an own list (own_head, span.h)
-//   of own_count of its blocks, which its holder pushes onto
+//   hot[c] != nullptr  =>  hot[c] is HOT with owner == this LAB, class c and
+//                          own_at == &free[c], free[c] lists only blocks of
+//                          hot[c], and hot[c]'s own list is empty (its own
+//                          count counts the frees onto free[c] since it became
+//                          hot, added to frees[c] when it stops: hot_leave)
+//   every span the LAB keeps has own_at == its own list's head, and an own list
+//   (own_head, span.h) of own_count of its blocks, which its holder pushes onto
 //   allocs[c], frees[c] are written only by the LAB's holder (relaxed); a
 //   thread frees into another thread's span counts the free in its own LAB;
 //   a free onto an own list is counted when the list is taken (own_take), and
@@ -459,22 +464,37 @@ FW_INLINE void* own_take(Lab* lab, Span* s, size_t c) {
   return head;
 }
 
-// Makes p, already linked to the old head, the head of owned span s's own list
-// (span.h), one block longer: the count is added to in place, one instruction
-// on x86-64, not a load, add and store (relaxed.h).
-FW_INLINE void own_prepend(Span* s, void* p) {
-  s->large_size.store(reinterpret_cast<uintptr_t>(p), std::memory_order_relaxed);
-  single_writer_add_one(s->pool_next);
-}
-// The owner pushes block p (checked and canaried) onto owned span s's own list.
+// own_at's value (span.h) for lab's hot span of class c: free[c], which
+// holds only blocks of that span (one word, as the own list's head is).
+FW_INLINE uintptr_t own_hot_at(Lab* lab, size_t c) { return reinterpret_cast<uintptr_t>(&lab->free[c]); }
+static_assert(sizeof(HolderField<void*>) == sizeof(uintptr_t) && sizeof(std::atomic<uint64_t>) == sizeof(uintptr_t),
+              "own_at names a one-word list head either way");
+
+// The owner pushes block p (checked and canaried) of owned span s onto the
+// list own_at names: free[c] for its hot span, where it is the next block of
+// its class handed out, while its line is still in the cache (as a thread
+// cache's LIFO list gives it in tcmalloc or glibc); the span's own list for a
+// kept span. Either way the count is the descriptor's, added to in place (one
+// instruction on x86-64, relaxed.h). One path with no branch on which list:
+// a branch on it went each way at random when frees hit the hot and the kept
+// spans of a class in random order, and cost larson-bigheap a quarter of its
+// throughput (docs/design.md, "Own lists"). Until Stop 65 the hot span's frees waited on
+// its own list until free[c] ran dry; a program that frees a temporary
+// between two long-lived blocks of its class then got the long-lived ones
+// spread over more lines, in an order its walks over them missed on
+// (prog-python's collector).
 FW_INLINE void own_push(Span* s, void* p) {
-  block_link(p, own_head(s));
-  own_prepend(s, p);
+  const uintptr_t at = s->own_at.load(std::memory_order_relaxed);
+  block_link(p, word_load_relaxed(at));
+  word_store_relaxed(at, p);
+  single_writer_add_one(s->own_frees);
 }
 // own_push for free's per-thread fast path (never in secure mode: block_link_fast).
 FW_INLINE void own_push_fast(Span* s, void* p) {
-  block_link_fast(p, own_head(s));
-  own_prepend(s, p);
+  const uintptr_t at = s->own_at.load(std::memory_order_relaxed);
+  block_link_fast(p, word_load_relaxed(at));
+  word_store_relaxed(at, p);
+  single_writer_add_one(s->own_frees);
 }
 
 // A LAB bound to the calling thread (released at its exit); nullptr if no

@@ -95,6 +95,18 @@ FW_INLINE uint32_t times_relaxed(uint32_t x, const std::atomic<uint32_t>& m) {
 #endif
 }
 
+// A list head reached through an address held in memory (a span's own_at,
+// span.h): either a LAB's free[c] (an atomic pointer) or a descriptor's
+// large_size (an atomic 64-bit word), read and written relaxed as one word.
+// may_alias: the same code reads both objects through it.
+using AnyWord = uintptr_t __attribute__((may_alias));
+FW_INLINE void* word_load_relaxed(uintptr_t at) {
+  return reinterpret_cast<void*>(__atomic_load_n(reinterpret_cast<AnyWord*>(at), __ATOMIC_RELAXED));
+}
+FW_INLINE void word_store_relaxed(uintptr_t at, const void* v) {
+  __atomic_store_n(reinterpret_cast<AnyWord*>(at), reinterpret_cast<uintptr_t>(v), __ATOMIC_RELAXED);
+}
+
 // m == v, m loaded relaxed.
 template <typename T>
 FW_INLINE bool equal_relaxed(const std::atomic<T*>& m, const T* v) {

@@ -43,13 +43,14 @@
 //               pointer's low bits as they are (secure.h); large head: where
 //               the block starts, from base.
 //   carved      the owning LAB while HOT; stable in every other state.
+//   own_at      the owning LAB, when the span becomes its hot or a kept span.
 //   guard_page  whoever holds the vspan exclusively (it describes the vspan's
 //               page protection, whatever the vspan is used for).
 //   committed   the exclusive holder (pool pop/push, run alloc/free).
-//   pool_next, reuse_next  the stacks (tagged_stack.h). While a span is HOT,
-//               pool_next counts its owner-side free list instead (own_head).
+//   pool_next, reuse_next  the stacks (tagged_stack.h).
 //   large_size  a large or huge head's usable bytes; while a small span is
 //               HOT, the head of its owner-side free list (own_head).
+//   own_frees   the owning LAB while HOT (own_count); stale in other states.
 // Equations (span_is_valid):
 //   state in {FULL, PARTIAL}: count <= carved <= capacity, list has count blocks
 //   state FULL:    count + (capacity - carved) <  reuse threshold
@@ -107,7 +108,7 @@ struct Anchor {
 // is claimed or carved (the owner, the class, the block geometry, `carved`),
 // which every free reads (the owner test, the block test). The second holds
 // what frees write: the anchor (a remote free's chain, CAS), the owner's
-// own list (head in large_size, count in pool_next, on every owned free) and
+// own list (head in large_size, count in own_frees, on every owned free) and
 // the reusable stack's link. With one line, a thread freeing blocks of a span
 // another thread owns missed on the descriptor whenever the owner had freed
 // into the span since (prodcons: 8.7% of the samples in free, most on the
@@ -128,11 +129,19 @@ struct alignas(128) Span {
   std::atomic<uint32_t> offset;
   std::atomic<uint64_t> committed;
   std::atomic<uint32_t> block_mul;  // small span: its class's block check multiplier (secure.h)
+  // While the span is HOT: the list its owner's frees of its blocks go onto
+  // (own_push, lab.h), the owner LAB's free[cls] while the span is that LAB's
+  // hot span of its class, its own list's head (large_size) while kept. So
+  // the owner's free reaches either with one load and no branch on which.
+  // Written by the owner only, set whenever the span becomes hot or kept;
+  // stale in every other state, where no owner's free reads it.
+  std::atomic<uintptr_t> own_at;
   // The second line: written by frees.
   alignas(64) std::atomic<uint64_t> anchor;
   std::atomic<uint32_t> pool_next;
   std::atomic<uint32_t> reuse_next;
   std::atomic<uint64_t> large_size;
+  std::atomic<uint64_t> own_frees;  // own_count (below): 64 bits, a hot span's count never wraps
 };
 static_assert(sizeof(Span) == 128, "a span descriptor is two cache lines");
 // log2 of a descriptor's size: a descriptor's offset in its slice is its
@@ -160,23 +169,28 @@ FW_INLINE void* block_at(uintptr_t base, uint32_t index) {
   return index == 0 ? nullptr : reinterpret_cast<void*>(base + (uintptr_t(index - 1) << 4));
 }
 
-// The owner-side list of an owned span (lab.h: a HOT span's owner LAB frees
-// its blocks onto it, the hot span's as well as its kept spans'; a refill
-// moves it to the LAB's free[c] when the span is, or becomes, hot). It lives
-// in the descriptor: the head in `large_size` (which only large and huge
-// blocks use; links are encoded as in free[c], secure.h), the count in
-// `pool_next` (which only the span-pool uses, and only while the span is FREE;
-// a stale reader of a pool stack may still load it, which its tagged CAS then
-// rejects). Written by the owner only (relaxed loads and stores); the count is
-// read by fw_check_heap and telemetry.
+// The owner-side list of a span its LAB keeps (lab.h: the owner frees a kept
+// span's blocks onto it; kept_switch moves it to the LAB's free[c] when the
+// span is hot again). It lives in the descriptor: the head in `large_size`
+// (which only large and huge blocks use; links are encoded as in free[c],
+// secure.h), the count in `own_frees`. While the span is its LAB's hot
+// span the list is empty, its owner's frees going onto free[c] (own_at), and
+// the count counts those frees until they are added to the LAB's frees[c]
+// when it stops being hot (hot_leave, lab.cpp): one count on free's path for
+// both. Written by the owner only (relaxed loads and stores); the count is
+// read by statistics, fw_check_heap and telemetry.
 FW_INLINE void* own_head(const Span* s) {
   return reinterpret_cast<void*>(uintptr_t(s->large_size.load(std::memory_order_relaxed)));
 }
-FW_INLINE uint32_t own_count(const Span* s) { return s->pool_next.load(std::memory_order_relaxed); }
-FW_INLINE void own_set(Span* s, void* head, uint32_t count) {
+FW_INLINE uint64_t own_count(const Span* s) { return s->own_frees.load(std::memory_order_relaxed); }
+FW_INLINE void own_set(Span* s, void* head, uint64_t count) {
   s->large_size.store(reinterpret_cast<uintptr_t>(head), std::memory_order_relaxed);
-  s->pool_next.store(count, std::memory_order_relaxed);
+  s->own_frees.store(count, std::memory_order_relaxed);
 }
+// own_at's value for a kept span: its own list's head.
+FW_INLINE uintptr_t own_list_at(const Span* s) { return reinterpret_cast<uintptr_t>(&s->large_size); }
+// Whether owned span s is its LAB's hot span (its frees go to the LAB's free[c]).
+FW_INLINE bool own_is_hot(const Span* s) { return s->own_at.load(std::memory_order_relaxed) != own_list_at(s); }
 // Taking the list counts its blocks as frees: own_take, lab.h.
 // Free blocks a non-hot span needs before it is reusable.
 uint32_t reuse_threshold(uint32_t capacity);

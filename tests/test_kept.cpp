@@ -20,7 +20,7 @@ namespace {
 constexpr size_t kSize = 64;
 
 uint32_t state_of(const Span* s) { return Anchor::unpack(s->anchor.load()).state; }
-uint32_t local_of(const Span* s) { return own_count(s); }
+uint32_t local_of(const Span* s) { return uint32_t(own_count(s)); }
 unsigned kept_count() { return lab_current()->kept_n[class_of(kSize)]; }
 
 // Blocks of n spans of `size` (kSize unless given), allocated in order by the

@@ -88,28 +88,38 @@ TEST_CASE("a thread's first call binds a LAB through the EMPTY placeholder") {
   }).join();
 }
 
-TEST_CASE("a block its owner frees goes onto its span's own list, handed out again when free[c] runs dry") {
+TEST_CASE("a block its owner frees into its hot span is the next handed out, one of a kept span goes onto its own list") {
   std::thread([] {
     void* a = fw_malloc(100);
     Span* s = span_of(a);
     Lab* lab = lab_current();
     unsigned c = s->cls.load();
     REQUIRE(lab->hot[c] == s);
+    CHECK(own_is_hot(s));
+    void* b = fw_malloc(100);
     fw_free(a);
-    CHECK(own_count(s) == 1);
-    CHECK(own_head(s) == a);
-    // The blocks on free[c] come first; then the own list's, a first.
-    uint32_t on_free = 0;
-    for (void* b = lab->free[c]; b != nullptr; b = block_next(b)) on_free++;
-    std::vector<void*> got;
-    for (uint32_t i = 0; i < on_free; i++) got.push_back(fw_malloc(100));
-    CHECK(lab->free[c] == nullptr);
-    for (void* b : got) CHECK(b != a);
+    CHECK(lab->free[c] == a);  // before the blocks carved and never handed out
+    CHECK(own_head(s) == nullptr);
+    CHECK(own_count(s) == 1);  // counted as a free in the descriptor (span.h)
     void* again = fw_malloc(100);
     CHECK(again == a);
-    CHECK(own_count(s) == 0);
-    got.push_back(again);
-    for (void* b : got) fw_free(b);
+    // Fill s: the next span of the class becomes hot, and s is kept.
+    std::vector<void*> got{again, b};
+    while (lab->hot[c] == s) got.push_back(fw_malloc(100));
+    bool kept = false;
+    for (unsigned i = 0; i < lab->kept_n[c]; i++) kept = kept || lab->kept_at(c, i) == s;
+    REQUIRE(kept);
+    CHECK(!own_is_hot(s));
+    CHECK(own_count(s) == 0);  // its frees while hot went to the LAB's count
+    CHECK(own_is_hot(lab->hot[c]));
+    void* head_before = lab->free[c];
+    fw_free(b);
+    CHECK(own_count(s) == 1);
+    CHECK(own_head(s) == b);
+    CHECK(lab->free[c] == head_before);
+    CHECK(fw_check_heap() == 0);
+    for (void* p : got)
+      if (p != b) fw_free(p);
     CHECK(fw_check_heap() == 0);
   }).join();
 }
