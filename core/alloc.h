@@ -10,9 +10,9 @@
 // are on free[c] already (lab.h own_push): when free[c] is empty, the slow
 // path refills it. (Until Stop 65 those frees waited on the span's own list,
 // which a branch of 14 more instructions here moved to free[c].) The slow
-// paths are in alloc.cpp and never inlined. Per-CPU mode tests no flag here: its threads' slots hold the CPU
-// placeholder, whose empty lists lead to malloc_slow, which goes on to the
-// per-CPU path (percpu.h).
+// paths are in alloc.cpp and never inlined. Per-CPU mode tests no flag here:
+// its threads' slots hold the CPU placeholder, whose empty lists lead to
+// malloc_slow, which goes on to the per-CPU path (percpu.h).
 #pragma once
 #include <atomic>
 #include <cstddef>

@@ -478,11 +478,11 @@ static_assert(sizeof(HolderField<void*>) == sizeof(uintptr_t) && sizeof(std::ato
 // instruction on x86-64, relaxed.h). One path with no branch on which list:
 // a branch on it went each way at random when frees hit the hot and the kept
 // spans of a class in random order, and cost larson-bigheap a quarter of its
-// throughput (docs/design.md, "Own lists"). Until Stop 65 the hot span's frees waited on
-// its own list until free[c] ran dry; a program that frees a temporary
-// between two long-lived blocks of its class then got the long-lived ones
-// spread over more lines, in an order its walks over them missed on
-// (prog-python's collector).
+// throughput (docs/design.md, "Own lists"). Until Stop 65 the hot span's
+// frees waited on its own list until free[c] ran dry; a program that frees a
+// temporary between two long-lived blocks of its class then got the
+// long-lived ones spread over more lines, in an order its walks over them
+// missed on (prog-python's collector).
 FW_INLINE void own_push(Span* s, void* p) {
   const uintptr_t at = s->own_at.load(std::memory_order_relaxed);
   block_link(p, word_load_relaxed(at));
