@@ -818,7 +818,7 @@ bool lab_is_valid(const Lab* lab) {
     if (a.state != kHot) ok = report_invariant("lab: hot span not in state HOT", span_index(s));
     if (s->owner.load(std::memory_order_relaxed) != lab) ok = report_invariant("lab: hot span owned by another", c);
     if (s->cls.load(std::memory_order_relaxed) != c) ok = report_invariant("lab: hot span of another class", c);
-    if (s->own_at.load(std::memory_order_relaxed) != own_hot_at(const_cast<Lab*>(lab), c))
+    if (s->own_at.load(std::memory_order_relaxed) != own_hot_at(lab, c))
       ok = report_invariant("lab: the hot span's frees do not go to free[c]", c);
     uintptr_t base = span_blocks(s);
     uint32_t bsize = s->block_size.load(std::memory_order_relaxed);

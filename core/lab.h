@@ -466,7 +466,7 @@ FW_INLINE void* own_take(Lab* lab, Span* s, size_t c) {
 
 // own_at's value (span.h) for lab's hot span of class c: free[c], which
 // holds only blocks of that span (one word, as the own list's head is).
-FW_INLINE uintptr_t own_hot_at(Lab* lab, size_t c) { return reinterpret_cast<uintptr_t>(&lab->free[c]); }
+FW_INLINE uintptr_t own_hot_at(const Lab* lab, size_t c) { return reinterpret_cast<uintptr_t>(&lab->free[c]); }
 static_assert(sizeof(HolderField<void*>) == sizeof(uintptr_t) && sizeof(std::atomic<uint64_t>) == sizeof(uintptr_t),
               "own_at names a one-word list head either way");
 
@@ -483,18 +483,20 @@ static_assert(sizeof(HolderField<void*>) == sizeof(uintptr_t) && sizeof(std::ato
 // temporary between two long-lived blocks of its class then got the
 // long-lived ones spread over more lines, in an order its walks over them
 // missed on (prog-python's collector).
+FW_INLINE void own_prepend(Span* s, uintptr_t at, void* p) {  // p already linked to at's head
+  word_store_relaxed(at, p);
+  single_writer_add_one(s->own_frees);
+}
 FW_INLINE void own_push(Span* s, void* p) {
   const uintptr_t at = s->own_at.load(std::memory_order_relaxed);
   block_link(p, word_load_relaxed(at));
-  word_store_relaxed(at, p);
-  single_writer_add_one(s->own_frees);
+  own_prepend(s, at, p);
 }
 // own_push for free's per-thread fast path (never in secure mode: block_link_fast).
 FW_INLINE void own_push_fast(Span* s, void* p) {
   const uintptr_t at = s->own_at.load(std::memory_order_relaxed);
   block_link_fast(p, word_load_relaxed(at));
-  word_store_relaxed(at, p);
-  single_writer_add_one(s->own_frees);
+  own_prepend(s, at, p);
 }
 
 // A LAB bound to the calling thread (released at its exit); nullptr if no
