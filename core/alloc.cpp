@@ -91,13 +91,12 @@ FW_NOINLINE void* malloc_secure(Lab* lab, unsigned c, size_t n, size_t align) {
 }  // namespace
 
 void* alloc_class_percpu(unsigned c, size_t n) {
-  void* lab;
-  void* p = os::rseq_pop(g_percpu.rseq_off, reinterpret_cast<void* const*>(g_percpu.slots), g_percpu.ncpu, c, &lab);
+  void* p = os::rseq_pop(g_percpu.rseq_off, reinterpret_cast<void* const*>(g_percpu.slots), g_percpu.ncpu, c);
   if (FW_UNLIKELY(p == nullptr)) return percpu_malloc_slow(c, n);
 #if FREEWAY_HARDENING
   clear_canary(p);
 #endif
-  lab_count_shared(static_cast<Lab*>(lab)->cpu_allocs[c]);
+  percpu_count_alloc(c);
   return p;
 }
 

@@ -42,7 +42,7 @@ void check_sized(void* p, Span* d, size_t n, bool aligned) {
 //    changes only while the LAB is out of every slot);
 //  - a block of a span with a pending chain in that LAB that has room goes onto
 //    the chain (rseq_push_counted: the chain's span and room, then one store);
-// then the count, in the LAB the section used (lab_count_shared). The checks
+// then the count, in a section of its own (percpu_count_free). The checks
 // (hardening; a sized free's size was checked by free_slow_sized) come first,
 // once the span is known to hold small blocks: owned (HOT), or FULL or PARTIAL
 // by its anchor. Every other block goes to percpu_free_slow.
@@ -58,16 +58,15 @@ void free_percpu(void* p, Span* d) {
   if (FW_UNLIKELY(!free_fast_checks<false>(p, d, c, 0, false)))
     return percpu_free_slow(p, d, false);
   void* const* slots = reinterpret_cast<void* const*>(g_percpu.slots);
-  void* lab;
   // A CPU LAB keeps no spans (lab.h keeps_spans): the only span it owns of class c is hot[c].
   if (owned && os::rseq_push_if(g_percpu.rseq_off, slots, g_percpu.ncpu, offsetof(Lab, hot) + c * sizeof(Span*), d,
-                                c, p, &lab)) {
-    lab_count_shared(static_cast<Lab*>(lab)->cpu_frees[c]);
+                                c, p)) {
+    percpu_count_free(c);
     return;
   }
   // Onto the span's chain: counted when the chain goes to its span (chain_flush, lab.h).
   if (os::rseq_push_counted(g_percpu.rseq_off, slots, g_percpu.ncpu, offsetof(Lab, pending_mask),
-                            offsetof(Lab, pending), pending_key(d), d, p, &lab))
+                            offsetof(Lab, pending), pending_key(d), d, p))
     return;
   percpu_free_slow(p, d, true);
 }

@@ -53,7 +53,9 @@
 //   so the LAB's frees of class c are frees[c] and cpu_frees[c] plus the own
 //   counts of its spans of class c (lab_frees_of) plus the blocks of its
 //   chains of class c (lab_add_pending_frees).
-//   cpu_allocs[c], cpu_frees[c] only grow, by atomic adds of any thread.
+//   cpu_allocs[c], cpu_frees[c] only grow, each by one plain add that is the
+//   commit of a restartable section run on the CPU whose slot holds the LAB
+//   (percpu_count_alloc, percpu_count_free); nothing else writes them.
 //   kept_at(c, 0..kept_n[c]) are distinct HOT spans of class c with owner ==
 //   this LAB, none of them hot[c]; kept_bytes is the sum of their span_bytes
 //   over all classes, at most kKeptBytes; only per-thread LABs outside secure
@@ -320,11 +322,11 @@ struct Lab {
   uint64_t kept_classes;  // bit c: kept_n[c] > 0 (release_empty_kept visits only those classes)
   std::atomic<uint64_t> allocs[kClassCount];
   std::atomic<uint64_t> frees[kClassCount];
-  // Per-CPU mode's fast paths count in the CPU LAB whose slot they used
-  // (percpu.h), one atomic add (lab_count_shared) with the LAB's address still
-  // in a register: the thread may add after the LAB left its slot, even while
-  // a thread holds it as its own LAB, whose counts are allocs[] and frees[].
-  // (Pushes onto pending chains are counted by chain_flush, in frees[].)
+  // Per-CPU mode's fast paths count in the LAB in the slot of the CPU they run
+  // on (percpu.h, percpu_count_alloc): a section whose commit is a plain add,
+  // so only while the LAB is in a slot, never by its holder, whose counts are
+  // allocs[] and frees[]. (Pushes onto pending chains are counted by
+  // chain_flush, in frees[].)
   std::atomic<uint64_t> cpu_allocs[kClassCount];
   std::atomic<uint64_t> cpu_frees[kClassCount];
   std::atomic<uint32_t> kind;
@@ -439,10 +441,6 @@ FW_INLINE uint64_t lab_allocs_of(const Lab* lab, unsigned c) {
 // one pass over the slots.
 uint64_t lab_frees_of(const Lab* lab, unsigned c);
 void lab_add_pending_frees(const Lab* lab, uint64_t frees[kClassCount]);
-
-// Adds one to a counter that any thread may add to (cpu_allocs, cpu_frees):
-// one locked add on x86-64.
-FW_INLINE void lab_count_shared(std::atomic<uint64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }
 
 // Adds n to one of the LAB's own counters (single writer, as lab_count).
 FW_INLINE void lab_count_n(std::atomic<uint64_t>& counter, uint64_t n) {

@@ -23,8 +23,9 @@
 //   - a LAB out of every slot has at most one holder (the thread whose take or
 //     lab_take handed it out), which alone touches its lists;
 //   - the fast paths' counts go to the cpu_allocs and cpu_frees of the LAB
-//     their section used (atomic adds: the LAB may have left the slot since),
-//     the slow paths' to the holder's allocs and frees; stats add both. A free
+//     in the slot of the CPU they run on, each by a section of its own whose
+//     commit is a plain add (percpu_count_alloc, below); the slow paths' to
+//     the holder's allocs and frees; stats add both. A free
 //     onto a pending chain is not counted by its section: the holder that
 //     gives the chain to its span counts its blocks (chain_flush, lab.h).
 // Nothing is bound to a thread: thread exit releases nothing, a thread that
@@ -64,6 +65,8 @@
 #include "core/config.h"
 #include "core/lab.h"
 #include "core/size_class.h"
+#include "core/stats.h"
+#include "platform/rseq.h"
 
 namespace fw {
 
@@ -142,11 +145,28 @@ const char* percpu_mode_name();
 FW_NOINLINE void* percpu_malloc_slow(unsigned c, size_t n);
 // checked: p was checked and its free canary set already.
 FW_NOINLINE void percpu_free_slow(void* p, struct Span* d, bool checked);
-// A fast-path operation is counted in the LAB its section used (lab.h:
-// cpu_allocs, cpu_frees), whose address the section gives back: one atomic add
-// on a line that threads of that CPU write (none for a push onto a pending
-// chain, counted when the chain goes to its span). Stats and telemetry sum
-// every LAB's.
+// A fast-path operation is counted after its section, by a second section
+// (percpu_count): one plain add to the cpu_allocs or cpu_frees of the LAB in
+// the slot of the CPU the thread runs on then, which is the section's commit
+// (os::rseq_add1). Usually that is the LAB the operation used; after a
+// migration it is the new CPU's, and if that slot is empty the count goes to
+// stats' unbound counts (stats_count_unbound_alloc, _free), with an atomic
+// add. Only these sections change cpu_allocs and cpu_frees, so a plain add
+// loses nothing; a `lock add`, which the fast paths made until Stop 66, waits
+// for every load before it, the popped block's link among them (larson -t 32 on
+// 2 cores, AMD EPYC guest: docs/benchmarks.md, Stop 66). A push onto a pending
+// chain is not counted by a section: the holder that gives the chain to its
+// span counts its blocks (lab.h). Stats and telemetry sum every LAB's.
+FW_INLINE void percpu_count_alloc(unsigned c) {
+  if (FW_UNLIKELY(!os::rseq_add1(g_percpu.rseq_off, reinterpret_cast<void* const*>(g_percpu.slots), g_percpu.ncpu,
+                                 offsetof(Lab, cpu_allocs) + c * sizeof(uint64_t))))
+    stats_count_unbound_alloc(c);
+}
+FW_INLINE void percpu_count_free(unsigned c) {
+  if (FW_UNLIKELY(!os::rseq_add1(g_percpu.rseq_off, reinterpret_cast<void* const*>(g_percpu.slots), g_percpu.ncpu,
+                                 offsetof(Lab, cpu_frees) + c * sizeof(uint64_t))))
+    stats_count_unbound_free(c);
+}
 
 // fw_collect in per-CPU mode: the calling thread visits each CPU it may run
 // on and releases that CPU's LAB's hot spans and pending chains (the LAB stays

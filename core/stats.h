@@ -39,6 +39,7 @@ namespace fw {
   X(threads_created, "thread caches ever bound to a thread")
 
 void stats_count_unbound_free(unsigned cls);
+void stats_count_unbound_alloc(unsigned cls);
 void stats_sample_peak();
 // Whether the large live bytes are above what the last sample saw (a sample
 // walks every LAB, so large blocks ask for one only when they rise: alloc.cpp).

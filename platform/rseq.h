@@ -79,17 +79,13 @@ namespace fw::os {
   "testq %[base], %[base]\n\t"                              \
   "jz %l[" fail "]\n\t"
 
-// The operations that succeed also give the array they used (*array, the
-// CPU's slot as the section found it): the caller may count the operation
-// there (with an atomic add: the slot may hold another array by then).
-
 // slots[cpu] is a pointer to an array of list heads (or null). Pops the first
 // node of list `idx` of the current CPU's array; each node's first word is the
 // next node's address (plain: the lists these sections work on are never
 // encoded, core/percpu.h). nullptr if the CPU is out of range, its slot is
 // empty or the list is empty.
 __attribute__((always_inline)) inline void* rseq_pop(ptrdiff_t off, void* const* slots, uint32_t ncpu,
-                                                     size_t idx, void** array) {
+                                                     size_t idx) {
   uintptr_t node, base, next, k;
 retry:
   asm volatile goto(FW_RSEQ_START("%[node]")
@@ -104,7 +100,6 @@ retry:
            : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [idx] "r"(idx)
            : "memory", "cc"
            : none, abort);
-  *array = reinterpret_cast<void*>(base);
   if (node == 0) __builtin_unreachable();  // the section left through `none` then
   return reinterpret_cast<void*>(node);
 none:
@@ -117,8 +112,7 @@ abort:
 // offset `at` of that array equals `tag`. false, with nothing changed, if the
 // CPU is out of range, its slot is empty or the word differs.
 __attribute__((always_inline)) inline bool rseq_push_if(ptrdiff_t off, void* const* slots, uint32_t ncpu,
-                                                        size_t at, const void* tag, size_t idx, void* node,
-                                                        void** array) {
+                                                        size_t at, const void* tag, size_t idx, void* node) {
   uintptr_t base, head, k;
 retry:
   asm volatile goto(FW_RSEQ_START("%[head]")
@@ -134,7 +128,6 @@ retry:
              [node] "r"(node)
            : "memory", "cc"
            : no, abort);
-  *array = reinterpret_cast<void*>(base);
   return true;
 no:
   return false;
@@ -153,7 +146,7 @@ abort:
 // of range, slot empty, another tag, no room).
 __attribute__((always_inline)) inline bool rseq_push_counted(ptrdiff_t off, void* const* slots, uint32_t ncpu,
                                                              size_t mask, size_t table, uintptr_t key,
-                                                             const void* tag, void* node, void** array) {
+                                                             const void* tag, void* node) {
   typedef long long pair __attribute__((vector_size(16)));
   uintptr_t base, word, head, k;
   pair lo, hi;
@@ -183,7 +176,32 @@ retry:
              [key] "r"(key), [tag] "r"(tag), [node] "r"(node)
            : "memory", "cc"
            : no, abort);
-  *array = reinterpret_cast<void*>(base);
+  return true;
+no:
+  return false;
+abort:
+  goto retry;
+}
+
+// Adds 1 to the 64-bit counter at byte offset `at` of the current CPU's
+// array. The add is one instruction, `addq` with no `lock`, and it is the
+// commit: a section is aborted only between instructions, so the add happens
+// once or not at all, and no other section on that CPU runs between its load
+// and its store. So no atomic read-modify-write is needed, provided the
+// counter is only ever changed by this section (any other writer, even a
+// `lock add` from another CPU, could lose an update). false, with nothing
+// changed, if the CPU is out of range or its slot is empty.
+__attribute__((always_inline)) inline bool rseq_add1(ptrdiff_t off, void* const* slots, uint32_t ncpu, size_t at) {
+  uintptr_t k, base;
+retry:
+  asm volatile goto(FW_RSEQ_START("%[base]")
+           FW_RSEQ_SLOT("no")
+           "addq $1, (%[base], %[at])\n\t"              // commit
+           FW_RSEQ_END
+           : [k] "=&r"(k), [base] "=&r"(base)
+           : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [at] "r"(at)
+           : "memory", "cc"
+           : no, abort);
   return true;
 no:
   return false;
@@ -240,14 +258,14 @@ abort:
 
 #else
 #define FW_HAS_RSEQ 0
-inline void* rseq_pop(ptrdiff_t, void* const*, uint32_t, size_t, void**) { return nullptr; }
-inline bool rseq_push_if(ptrdiff_t, void* const*, uint32_t, size_t, const void*, size_t, void*, void**) {
+inline void* rseq_pop(ptrdiff_t, void* const*, uint32_t, size_t) { return nullptr; }
+inline bool rseq_push_if(ptrdiff_t, void* const*, uint32_t, size_t, const void*, size_t, void*) {
   return false;
 }
-inline bool rseq_push_counted(ptrdiff_t, void* const*, uint32_t, size_t, size_t, uintptr_t, const void*, void*,
-                              void**) {
+inline bool rseq_push_counted(ptrdiff_t, void* const*, uint32_t, size_t, size_t, uintptr_t, const void*, void*) {
   return false;
 }
+inline bool rseq_add1(ptrdiff_t, void* const*, uint32_t, size_t) { return false; }
 inline void* rseq_take(ptrdiff_t, void**, uint32_t) { return nullptr; }
 inline bool rseq_put(ptrdiff_t, void**, uint32_t, void*) { return false; }
 #endif

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <pthread.h>
+#include <signal.h>
 #include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -220,6 +221,51 @@ TEST_CASE("per-CPU mode: migrating threads exchanging blocks keep exact counts (
   for (auto& t : ts) t.join();
   for (auto& s : shared)
     if (void* p = s.exchange(nullptr)) fw_free(p);
+  CHECK(fw_check_heap() == 0);  // includes the per-class count equation
+}
+
+TEST_CASE("per-CPU mode: threads made to yield anywhere in their pairs lose no count") {
+  if (!per_cpu()) return;
+  // Each count is a section of its own whose commit is the add (percpu.h). An
+  // add made of a load and a store outside a section loses the counts other
+  // threads on that CPU make while the thread is switched out between the
+  // two, and the per-class equation below fails: it did when the section was
+  // replaced by a plain load and store. To switch threads out anywhere, not
+  // only at their time slice's end, a signaller sends them signals whose
+  // handler yields the CPU.
+  constexpr int kThreads = 32, kPairs = 200000;
+  struct sigaction sa = {}, old = {};
+  sa.sa_handler = [](int) { sched_yield(); };
+  REQUIRE(sigaction(SIGUSR1, &sa, &old) == 0);
+  std::atomic<int> running{kThreads};
+  std::atomic<bool> stop_signals{false}, failed{false};
+  std::vector<std::atomic<pthread_t>> ids(kThreads);
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; t++)
+    ts.emplace_back([&, t] {
+      ids[size_t(t)].store(pthread_self());
+      for (int i = 0; i < kPairs; i++) {
+        void* p = fw_malloc(48 + 16 * size_t((t + i) & 3));
+        if (p == nullptr) failed.store(true);
+        fw_free(p);
+      }
+      running.fetch_sub(1);
+      while (!stop_signals.load()) sched_yield();  // stays joinable-and-alive while signals may come
+    });
+  std::thread signaller([&] {
+    uint64_t x = 0x9e3779b97f4a7c15ull, sent = 0;
+    while (running.load() > 0) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      pthread_t id = ids[x % kThreads].load();
+      if (id != pthread_t{}) pthread_kill(id, SIGUSR1), sent++;
+    }
+    MESSAGE("signals sent: " << sent);
+  });
+  signaller.join();
+  stop_signals.store(true);
+  for (auto& t : ts) t.join();
+  REQUIRE(sigaction(SIGUSR1, &old, nullptr) == 0);
+  CHECK_FALSE(failed.load());
   CHECK(fw_check_heap() == 0);  // includes the per-class count equation
 }
 
