@@ -39,8 +39,9 @@ FW_NOINLINE void* malloc_medium_or_large(size_t n);
 FW_COLD void alloc_out_of_memory(size_t n);
 
 // Per-CPU mode (percpu.h): a pop from the current CPU's LAB in one restartable
-// section, then the count in another (percpu_count_alloc). Reached from malloc_slow, by a
-// jump; defined once, in alloc.cpp, for its rseq descriptor (free.h).
+// section, then the count in another (percpu_count_alloc). Reached from
+// malloc_slow, by a jump; defined once, in alloc.cpp, for its rseq descriptor
+// (free.h).
 FW_NOINLINE void* alloc_class_percpu(unsigned c, size_t n);
 
 // A block of class c for a request of n bytes.

@@ -146,7 +146,7 @@ FW_NOINLINE void* percpu_malloc_slow(unsigned c, size_t n);
 // checked: p was checked and its free canary set already.
 FW_NOINLINE void percpu_free_slow(void* p, struct Span* d, bool checked);
 // A fast-path operation is counted after its section, by a second section
-// (percpu_count): one plain add to the cpu_allocs or cpu_frees of the LAB in
+// (percpu_count_alloc, percpu_count_free): one plain add to the cpu_allocs or cpu_frees of the LAB in
 // the slot of the CPU the thread runs on then, which is the section's commit
 // (os::rseq_add1). Usually that is the LAB the operation used; after a
 // migration it is the new CPU's, and if that slot is empty the count goes to

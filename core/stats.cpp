@@ -17,7 +17,7 @@ namespace {
 
 std::atomic<uint64_t> g_unbound_frees[kClassCount];
 // Per-CPU fast-path allocations whose count section found no LAB in its CPU's
-// slot (percpu_count): counted here, not in a LAB (percpu.h).
+// slot (percpu_count_alloc): counted here, not in a LAB (percpu.h).
 std::atomic<uint64_t> g_unbound_allocs[kClassCount];
 std::atomic<uint64_t> g_peak_live{0};
 // The large live bytes the last sample saw (stats_large_rose), and how many

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -235,10 +236,15 @@ TEST_CASE("per-CPU mode: threads made to yield anywhere in their pairs lose no c
   // handler yields the CPU.
   constexpr int kThreads = 32, kPairs = 200000;
   struct sigaction sa = {}, old = {};
-  sa.sa_handler = [](int) { sched_yield(); };
+  sa.sa_handler = [](int) {
+    const int saved = errno;
+    sched_yield();
+    errno = saved;
+  };
   REQUIRE(sigaction(SIGUSR1, &sa, &old) == 0);
   std::atomic<int> running{kThreads};
   std::atomic<bool> stop_signals{false}, failed{false};
+  uint64_t sent = 0;
   std::vector<std::atomic<pthread_t>> ids(kThreads);
   std::vector<std::thread> ts;
   for (int t = 0; t < kThreads; t++)
@@ -253,15 +259,15 @@ TEST_CASE("per-CPU mode: threads made to yield anywhere in their pairs lose no c
       while (!stop_signals.load()) sched_yield();  // stays joinable-and-alive while signals may come
     });
   std::thread signaller([&] {
-    uint64_t x = 0x9e3779b97f4a7c15ull, sent = 0;
+    uint64_t x = 0x9e3779b97f4a7c15ull;
     while (running.load() > 0) {
       x ^= x << 13, x ^= x >> 7, x ^= x << 17;
       pthread_t id = ids[x % kThreads].load();
       if (id != pthread_t{}) pthread_kill(id, SIGUSR1), sent++;
     }
-    MESSAGE("signals sent: " << sent);
   });
   signaller.join();
+  MESSAGE("signals sent: " << sent);
   stop_signals.store(true);
   for (auto& t : ts) t.join();
   REQUIRE(sigaction(SIGUSR1, &old, nullptr) == 0);
