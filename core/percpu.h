@@ -146,17 +146,18 @@ FW_NOINLINE void* percpu_malloc_slow(unsigned c, size_t n);
 // checked: p was checked and its free canary set already.
 FW_NOINLINE void percpu_free_slow(void* p, struct Span* d, bool checked);
 // A fast-path operation is counted after its section, by a second section
-// (percpu_count_alloc, percpu_count_free): one plain add to the cpu_allocs or cpu_frees of the LAB in
-// the slot of the CPU the thread runs on then, which is the section's commit
-// (os::rseq_add1). Usually that is the LAB the operation used; after a
-// migration it is the new CPU's, and if that slot is empty the count goes to
-// stats' unbound counts (stats_count_unbound_alloc, _free), with an atomic
-// add. Only these sections change cpu_allocs and cpu_frees, so a plain add
-// loses nothing; a `lock add`, which the fast paths made until Stop 66, waits
-// for every load before it, the popped block's link among them (larson -t 32 on
-// 2 cores, AMD EPYC guest: docs/benchmarks.md, Stop 66). A push onto a pending
-// chain is not counted by a section: the holder that gives the chain to its
-// span counts its blocks (lab.h). Stats and telemetry sum every LAB's.
+// (percpu_count_alloc, percpu_count_free): one plain add to the cpu_allocs or
+// cpu_frees of the LAB in the slot of the CPU the thread runs on then, which
+// is the section's commit (os::rseq_add1). Usually that is the LAB the
+// operation used; after a migration it is the new CPU's, and if that slot is
+// empty the count goes to stats' unbound counts (stats_count_unbound_alloc,
+// _free), with an atomic add. Only these sections change cpu_allocs and
+// cpu_frees, so a plain add loses nothing; a `lock add`, which the fast paths
+// made until Stop 66, waits for every load before it, the popped block's link
+// among them (larson -t 32 on 2 cores, AMD EPYC guest: docs/benchmarks.md,
+// Stop 66). A push onto a pending chain is not counted by a section: the
+// holder that gives the chain to its span counts its blocks (lab.h). Stats
+// and telemetry sum every LAB's.
 FW_INLINE void percpu_count_alloc(unsigned c) {
   if (FW_UNLIKELY(!os::rseq_add1(g_percpu.rseq_off, reinterpret_cast<void* const*>(g_percpu.slots), g_percpu.ncpu,
                                  offsetof(Lab, cpu_allocs) + c * sizeof(uint64_t))))
