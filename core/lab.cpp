@@ -438,15 +438,53 @@ bool kept_switch(Lab* lab, unsigned c) {
 }
 
 // Before lab takes a new span for class c: its pending frees of class c go to
-// their spans first, which may make them reusable (the blowup bound).
-void flush_pending_class(Lab* lab, unsigned c) {
+// their spans first, which may make them reusable (the blowup bound), except
+// the longest chain, whose span lab adopts if no other LAB owns it (FULL or
+// PARTIAL: span_claim_floating). The span's blocks lab's threads freed last
+// are that chain's, still in the cache: they become the hot span's free list,
+// ahead of its remote list, and the frees into the span that follow are owned
+// frees onto free[c]. Without it, a LAB whose threads free their older blocks
+// of spans it no longer owns (per-CPU mode, where threads share a CPU's LAB and
+// its hot span runs dry) handed out only blocks freed long before, from spans
+// taken back from the reusable stacks, and waited on each one's line (lab.h).
+// Returns the adopted span, which *list heads, or nullptr (every chain given).
+Span* flush_pending_class(Lab* lab, unsigned c, void** list) {
+  unsigned best = kPendingMax;
+  uint32_t most = 0;
   for (uint64_t bits = lab->pending_of_class[c]; bits != 0; bits &= bits - 1) {
     for (unsigned i = unsigned(__builtin_ctzll(bits)); i <= lab->pending_mask; i += kPendingChains) {
-      const Span* s = lab->pending[i].span;
-      if (s != nullptr && s->cls.load(std::memory_order_relaxed) == c) chain_flush(lab, i);
+      const PendingChain& ch = lab->pending[i];
+      if (ch.span == nullptr || ch.span->cls.load(std::memory_order_relaxed) != c) continue;
+      const uint32_t n = pending_count(ch);
+      if (n <= most) {
+        chain_flush(lab, i);
+        continue;
+      }
+      if (best != kPendingMax) chain_flush(lab, best);
+      best = i;
+      most = n;
     }
   }
   lab->pending_of_class[c] = 0;
+  if (best == kPendingMax) return nullptr;
+  PendingChain& ch = lab->pending[best];
+  Span* const s = ch.span;
+  void* remote;
+  if (!span_claim_floating(s, lab, &remote)) {
+    chain_flush(lab, best);
+    return nullptr;
+  }
+  // The chain's blocks are free blocks of lab's span now, counted as frees as
+  // chain_flush counts them.
+  const uint32_t bytes = pending_bytes_of(ch, s->block_size.load(std::memory_order_relaxed));
+  lab->pending_bytes -= bytes;
+  g_pending_total.fetch_sub(int64_t(bytes), std::memory_order_relaxed);
+  lab_count_n(lab->frees[c], most);
+  block_link(ch.tail, remote);
+  *list = ch.head;
+  ch = PendingChain{};
+  percpu_caches_grew();
+  return s;
 }
 
 // Whether lab's chain slots and budget grow (lab.h): a per-thread LAB's (a
@@ -693,11 +731,13 @@ void* lab_refill(Lab* lab, unsigned c) {
         lab->hot[c] = nullptr;
       }
     }
-    flush_pending_class(lab, c);
-    release_empty_kept(lab);
     void* list;
-    Span* s = acquire_span(lab, c, &list);
-    if (s == nullptr) return nullptr;
+    Span* s = flush_pending_class(lab, c, &list);
+    if (s == nullptr) {
+      release_empty_kept(lab);
+      s = acquire_span(lab, c, &list);
+      if (s == nullptr) return nullptr;
+    }
     own_set(s, nullptr, 0);  // large_size meant another thing until now, own_frees another span's (span.h)
     hot_enter(lab, c, s);
     lab->free[c] = list;

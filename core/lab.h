@@ -536,7 +536,10 @@ uint32_t lab_parked_count();
 // Blocks lab holds in pending chains (a figure; plain reads of the holder's fields).
 uint32_t lab_pending_count(const Lab* lab);
 // Allocation from lab for class c when free[c] is empty: collect remote frees,
-// carve, or take a span. nullptr when out of memory.
+// carve, switch to a kept span, or take a span: first one lab holds its
+// longest pending chain of class c for, if no LAB owns it (its blocks freed
+// last come first), else a reusable one or a fresh one. nullptr when out of
+// memory.
 void* lab_refill(Lab* lab, unsigned c);
 
 // For a slow path entered with `slot` in the thread slot: the thread's LAB,

@@ -243,6 +243,20 @@ bool span_claim_reusable(Span* s, unsigned cls, Lab* lab, void** list) {
   }
 }
 
+bool span_claim_floating(Span* s, Lab* lab, void** list) {
+  uint64_t w = s->anchor.load(std::memory_order_acquire);
+  for (;;) {
+    Anchor a = Anchor::unpack(w);
+    if (a.state != kFull && a.state != kPartial) return false;
+    if (anchor_cas(s, w, Anchor{0, 0, kHot, a.linked, a.tag + 1})) {
+      s->owner.store(lab, std::memory_order_relaxed);
+      count_hot(hot_bytes_of(s));
+      *list = block_at(span_blocks(s), a.head);
+      return true;
+    }
+  }
+}
+
 void* span_collect(Span* s) {
   uint64_t w = s->anchor.load(std::memory_order_acquire);
   for (;;) {

@@ -23,6 +23,9 @@
 //   FULL -> PARTIAL  a free makes >= reuse_percent of the blocks free: the freer
 //                    pushes it on the class's reusable stack (unless linked)
 //   PARTIAL -> HOT   a LAB pops it from the reusable stack and takes its list
+//   FULL/PARTIAL -> HOT  a LAB that needs a span of its class adopts one it
+//                    holds a pending chain for (span_claim_floating); a PARTIAL
+//                    one stays linked in its stack until popped (lazy removal)
 //   FULL/PARTIAL -> FREE  the free of the last block in use: the freer pushes
 //                    the span to the span-pool at once (a PARTIAL span then stays
 //                    linked in its reusable stack until popped: lazy removal)
@@ -209,6 +212,14 @@ uint64_t span_hot_bytes();
 // the span was not claimable (it was dropped from the stack, or moved to the
 // stack of its current class).
 bool span_claim_reusable(Span* s, unsigned cls, Lab* lab, void** list);
+
+// FULL or PARTIAL -> HOT for a span lab holds a pending chain for (so it has
+// blocks in use and keeps its class): lab adopts the span it is freeing into
+// (lab.cpp, adopt_chained). On success sets *list to its remote free list
+// (may be empty). A PARTIAL span stays linked in its reusable stack, whose
+// popper drops it (lazy removal, reusable.h). False if the span is HOT (another
+// LAB owns it).
+bool span_claim_floating(Span* s, Lab* lab, void** list);
 
 // Owner: takes every block on the remote free list; nullptr if none.
 void* span_collect(Span* s);

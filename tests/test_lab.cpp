@@ -255,6 +255,104 @@ TEST_CASE("frees into spans the thread let float wait in pending chains, one per
   CHECK(fw_check_heap() == 0);
 }
 
+TEST_CASE("a LAB whose hot span runs dry adopts the floated span it holds the longest chain of the class for: the blocks "
+          "its thread freed last are handed out first") {
+  std::thread([&] {
+    FloatedBlocks f = malloc_past_kept();
+    Lab* lab = lab_current();
+    const unsigned c = class_of(64);
+    const uint32_t limit = pending_limit(64, kPendingChains, lab->pending_budget);
+    const uint32_t k = limit > 9 ? 8 : limit - 1;  // fewer than the chain takes: they wait in it
+    REQUIRE(f.mine.size() > k);
+    // A shorter chain of the class, for another floated span, is given to its span.
+    void* other = nullptr;
+    for (void* p : f.others) {
+      Span* s = span_of(p);
+      if (s->owner.load() == nullptr && pending_slot_in(lab, s) != pending_slot_in(lab, f.first)) other = p;
+    }
+    REQUIRE(other != nullptr);
+    Span* const other_span = span_of(other);
+    const uint32_t other_listed = Anchor::unpack(other_span->anchor.load()).count;
+    fw_free(other);
+    for (uint32_t i = 0; i < k; i++) fw_free(f.mine[i]);
+    const PendingChain& ch = lab->pending[pending_slot_in(lab, f.first)];
+    REQUIRE(ch.span == f.first);
+    REQUIRE(pending_count(ch) == k);
+    REQUIRE(Anchor::unpack(f.first->anchor.load()).state == kFull);
+    // Every kept span is full: the hot span's last block gone, the next malloc
+    // takes a span, and it takes `first`, whose chain it had.
+    Span* const hot = lab->hot[c];
+    std::vector<void*> more;
+    while (lab->hot[c] == hot) more.push_back(fw_malloc(64));
+    CHECK(lab->hot[c] == f.first);
+    CHECK(f.first->owner.load() == lab);
+    CHECK(Anchor::unpack(f.first->anchor.load()).state == kHot);
+    CHECK(ch.span == nullptr);
+    CHECK(Anchor::unpack(other_span->anchor.load()).count == other_listed + 1);
+    // Last freed, first handed out: the chain's blocks in the reverse order of their frees.
+    CHECK(more.back() == f.mine[k - 1]);
+    for (uint32_t i = k - 1; i-- > 0;) {
+      more.push_back(fw_malloc(64));
+      CHECK(more.back() == f.mine[i]);
+    }
+    CHECK(fw_check_heap() == 0);
+    for (void* p : more) fw_free(p);
+    for (size_t i = k; i < f.mine.size(); i++) fw_free(f.mine[i]);
+    for (void* p : f.others)
+      if (p != other) fw_free(p);
+    CHECK(fw_check_heap() == 0);
+  }).join();
+}
+
+TEST_CASE("a LAB adopts a reusable span it holds a chain for while the span is still in its reusable stack: the stack's "
+          "popper drops it, and the span stays the LAB's alone") {
+  std::thread([&] {
+    FloatedBlocks f = malloc_past_kept();
+    Lab* lab = lab_current();
+    const unsigned c = class_of(64);
+    const uint32_t threshold = reuse_threshold(f.first->capacity.load());
+    REQUIRE(f.mine.size() > threshold + 8);
+    // Four blocks wait in this thread's chain; another thread frees enough of
+    // the rest to make the span reusable, which pushes it on its stack.
+    for (uint32_t i = 0; i < 4; i++) fw_free(f.mine[i]);
+    std::thread([&] {
+      for (uint32_t i = 4; i < 4 + threshold; i++) fw_free(f.mine[i]);
+      fw_collect();  // its chains to their spans now, not at its exit
+    }).join();
+    Anchor a = Anchor::unpack(f.first->anchor.load());
+    REQUIRE(a.state == kPartial);
+    REQUIRE(a.linked);
+    Span* const hot = lab->hot[c];
+    std::vector<void*> more;
+    while (lab->hot[c] == hot) more.push_back(fw_malloc(64));
+    CHECK(lab->hot[c] == f.first);
+    CHECK(more.back() == f.mine[3]);
+    a = Anchor::unpack(f.first->anchor.load());
+    CHECK(a.state == kHot);
+    CHECK(a.linked);  // still in the stack: lazy removal (reusable.h)
+    // A thread that takes spans of the class from the stacks pops it, finds it
+    // owned and drops it; the span stays this LAB's hot span.
+    std::vector<void*> theirs;
+    std::thread([&] {
+      for (int i = 0; i < 64 && Anchor::unpack(f.first->anchor.load()).linked; i++) {
+        Span* h = lab_current()->hot[c];
+        while (lab_current()->hot[c] == h) theirs.push_back(fw_malloc(64));
+      }
+    }).join();
+    a = Anchor::unpack(f.first->anchor.load());
+    CHECK_FALSE(a.linked);
+    CHECK(a.state == kHot);
+    CHECK(f.first->owner.load() == lab);
+    CHECK(lab->hot[c] == f.first);
+    CHECK(fw_check_heap() == 0);
+    for (void* p : theirs) fw_free(p);
+    for (void* p : more) fw_free(p);
+    for (size_t i = 4 + threshold; i < f.mine.size(); i++) fw_free(f.mine[i]);
+    for (void* p : f.others) fw_free(p);
+    CHECK(fw_check_heap() == 0);
+  }).join();
+}
+
 TEST_CASE("a chain that fills before its slot is wanted is followed by one for the same span twice as long, within "
           "the blocks the span has in use and the budget left") {
   // Twice the filled chain, no more than the budget has room for (a lowered
