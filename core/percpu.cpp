@@ -51,7 +51,7 @@ void switch_if_held_much() {
 bool make_tables(ptrdiff_t off) {
   size_t n = os::cpu_count_possible();
   if (n > kMaxCpus) n = kMaxCpus;
-  void* slots = os::alloc_metadata(n * sizeof(Lab*));
+  void* slots = os::alloc_metadata(n * os::kRseqSlotBytes);  // a cache line a slot (platform/rseq.h)
   if (slots == nullptr) return false;
   g_percpu.rseq_off = off;
   g_percpu.ncpu = uint32_t(n);
@@ -220,7 +220,7 @@ void percpu_collect() {
 
 Lab* percpu_slot(uint32_t k) {
   if (!percpu_on() || k >= g_percpu.ncpu) return nullptr;
-  return __atomic_load_n(&g_percpu.slots[k], __ATOMIC_RELAXED);
+  return static_cast<Lab*>(__atomic_load_n(os::rseq_slot(reinterpret_cast<void**>(g_percpu.slots), k), __ATOMIC_RELAXED));
 }
 
 uint32_t percpu_cpus() { return percpu_on() ? g_percpu.ncpu : 0; }

@@ -76,7 +76,7 @@ struct alignas(64) PercpuState {
   std::atomic<bool> on;  // set once (release) after the fields below
   ptrdiff_t rseq_off;    // the thread pointer to rseq area offset (os::rseq_offset)
   uint32_t ncpu;         // slots
-  Lab** slots;
+  Lab** slots;           // CPU k's at byte k * os::kRseqSlotBytes (os::rseq_slot): a cache line each
 };
 extern FW_HIDDEN PercpuState g_percpu;
 

@@ -35,6 +35,14 @@
 
 namespace fw::os {
 
+// Bytes from one CPU's slot to the next in a slot array (FW_RSEQ_CPU's shift):
+// one cache line each. An array for n CPUs takes n * kRseqSlotBytes.
+constexpr size_t kRseqSlotBytes = 64;
+// CPU k's slot in such an array.
+inline void** rseq_slot(void** slots, uint32_t k) {
+  return reinterpret_cast<void**>(reinterpret_cast<char*>(slots) + size_t(k) * kRseqSlotBytes);
+}
+
 #if defined(__linux__) && defined(__x86_64__) && !defined(FW_NO_RSEQ)
 #define FW_HAS_RSEQ 1
 
@@ -63,27 +71,35 @@ namespace fw::os {
   "jmp %l[abort]\n\t"                                        \
   ".popsection\n\t"
 
-// The start of every section body: the CPU number into operand k, and a jump
-// to C label `fail` if it is not below operand ncpu (cpu_id is -1 or -2 when
-// rseq is not registered: huge, unsigned).
+// The start of every section body: the CPU number, with a jump to C label
+// `fail` if it is not below operand ncpu (cpu_id is -1 or -2 when rseq is not
+// registered: huge, unsigned), then its slot's byte offset in the slot array
+// into operand k: each slot has a cache line of its own (kRseqSlotBytes), so a
+// slow path on one CPU that takes or puts back its LAB (a store to its slot)
+// does not take the line every other CPU's fast paths load their slot from.
+// With 8-byte slots on 2 cores, the load of the slot was a quarter of the
+// samples of per-CPU free and a sixth of malloc's in Larson's server with 32
+// threads, whose frees start pending chains on a slow path (docs/benchmarks.md,
+// Stop 67).
 #define FW_RSEQ_CPU(fail)                                     \
   "movl %%fs:4(%[off]), %k[k]\n\t"                          \
   "cmpl %[ncpu], %k[k]\n\t"                                 \
-  "jae %l[" fail "]\n\t"
+  "jae %l[" fail "]\n\t"                                    \
+  "shlq $6, %[k]\n\t"
 
 // The same, then that CPU's slot into operand base, and a jump to `fail` if
 // the slot is empty.
 #define FW_RSEQ_SLOT(fail)                                    \
   FW_RSEQ_CPU(fail)                                          \
-  "movq (%[slots], %[k], 8), %[base]\n\t"                   \
+  "movq (%[slots], %[k]), %[base]\n\t"                      \
   "testq %[base], %[base]\n\t"                              \
   "jz %l[" fail "]\n\t"
 
-// slots[cpu] is a pointer to an array of list heads (or null). Pops the first
-// node of list `idx` of the current CPU's array; each node's first word is the
-// next node's address (plain: the lists these sections work on are never
-// encoded, core/percpu.h). nullptr if the CPU is out of range, its slot is
-// empty or the list is empty.
+// The current CPU's slot (rseq_slot) holds a pointer to an array of list
+// heads, its array, or null. Pops the first node of list `idx` of the current
+// CPU's array; each node's first word is the next node's address (plain: the
+// lists these sections work on are never encoded, core/percpu.h). nullptr if
+// the CPU is out of range, its slot is empty or the list is empty.
 __attribute__((always_inline)) inline void* rseq_pop(ptrdiff_t off, void* const* slots, uint32_t ncpu,
                                                      size_t idx) {
   uintptr_t node, base, next, k;
@@ -216,7 +232,7 @@ __attribute__((always_inline)) inline void* rseq_take(ptrdiff_t off, void** slot
 retry:
   asm volatile goto(FW_RSEQ_START("%[base]")
            FW_RSEQ_SLOT("none")
-           "movq $0, (%[slots], %[k], 8)\n\t"            // commit
+           "movq $0, (%[slots], %[k])\n\t"               // commit
            FW_RSEQ_END
            : [k] "=&r"(k), [base] "=&r"(base)
            : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots)
@@ -236,9 +252,9 @@ __attribute__((always_inline)) inline bool rseq_put(ptrdiff_t off, void** slots,
 retry:
   asm volatile goto(FW_RSEQ_START("%[k]")
            FW_RSEQ_CPU("no")
-           "cmpq $0, (%[slots], %[k], 8)\n\t"
+           "cmpq $0, (%[slots], %[k])\n\t"
            "jne %l[no]\n\t"
-           "movq %[v], (%[slots], %[k], 8)\n\t"          // commit
+           "movq %[v], (%[slots], %[k])\n\t"             // commit
            FW_RSEQ_END
            : [k] "=&r"(k)
            : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [v] "r"(v)

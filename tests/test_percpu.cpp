@@ -50,6 +50,40 @@ unsigned pin_first() {
 
 }  // namespace
 
+TEST_CASE("per-CPU mode: each CPU's slot has a cache line of its own, and the sections find the LAB of the CPU the "
+          "thread runs on there") {
+  if (!per_cpu()) return;
+  cpu_set_t set;
+  REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0);
+  unsigned visited = 0;
+  for (unsigned cpu = 0; cpu < percpu_cpus() && cpu < CPU_SETSIZE && visited < 4; cpu++) {
+    if (!CPU_ISSET(cpu, &set)) continue;
+    visited++;
+    std::thread([cpu] {
+      pin_to(cpu);
+      void* a = fw_malloc(96);  // makes sure the CPU's slot holds a LAB
+      REQUIRE(a != nullptr);
+      Lab* lab = percpu_slot(cpu);
+      REQUIRE(lab != nullptr);
+      const unsigned c = class_of_small(96);
+      const uint64_t allocs = lab->cpu_allocs[c].load();
+      void* b = fw_malloc(96);  // a pop in a section, counted by a section: both on this CPU's LAB
+      REQUIRE(b != nullptr);
+      CHECK(lab->cpu_allocs[c].load() == allocs + 1);
+      fw_free(b);
+      fw_free(a);
+    }).join();
+  }
+  CHECK(visited >= 1);
+  // No two CPUs' slots share a line: a slow path's store to its CPU's slot does
+  // not take the line other CPUs' sections load theirs from (platform/rseq.h).
+  void** slots = reinterpret_cast<void**>(g_percpu.slots);
+  CHECK(reinterpret_cast<uintptr_t>(slots) % 64 == 0);
+  if (percpu_cpus() >= 2)
+    CHECK(reinterpret_cast<uintptr_t>(os::rseq_slot(slots, 1)) - reinterpret_cast<uintptr_t>(os::rseq_slot(slots, 0)) >=
+          64);
+}
+
 TEST_CASE("per-CPU mode: a thread's first call puts the CPU placeholder in its slot, and its calls go to the CPU's "
           "cache through the per-thread slow paths") {
   if (!per_cpu()) return;
