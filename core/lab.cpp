@@ -290,7 +290,7 @@ namespace {
 // pushes are counted here, not one by one). The class is read while the chain
 // still holds blocks of the span, so the span cannot have been given back and
 // reused for another class. Its class's bit stays set (pending_of_class may
-// name empty slots: flush_pending_class clears it).
+// name empty slots: adopt_or_give_chains clears it).
 void chain_flush(Lab* lab, unsigned i) {
   PendingChain& ch = lab->pending[i];
   Span* const s = ch.span;
@@ -448,7 +448,7 @@ bool kept_switch(Lab* lab, unsigned c) {
 // its hot span runs dry) handed out only blocks freed long before, from spans
 // taken back from the reusable stacks, and waited on each one's line (lab.h).
 // Returns the adopted span, which *list heads, or nullptr (every chain given).
-Span* flush_pending_class(Lab* lab, unsigned c, void** list) {
+Span* adopt_or_give_chains(Lab* lab, unsigned c, void** list) {
   unsigned best = kPendingMax;
   uint32_t most = 0;
   for (uint64_t bits = lab->pending_of_class[c]; bits != 0; bits &= bits - 1) {
@@ -732,7 +732,7 @@ void* lab_refill(Lab* lab, unsigned c) {
       }
     }
     void* list;
-    Span* s = flush_pending_class(lab, c, &list);
+    Span* s = adopt_or_give_chains(lab, c, &list);
     if (s == nullptr) {
       release_empty_kept(lab);
       s = acquire_span(lab, c, &list);

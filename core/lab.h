@@ -191,7 +191,9 @@ struct HolderField {
 // finds it full, which then starts the next chain (a per-thread LAB's chain
 // has a spare room for that free, `spare`: its fast path stops at room 1, a
 // CPU LAB's at 0); when a free into another span needs its slot; before the
-// LAB takes a new span of that class; and when the LAB is flushed. A chain
+// LAB takes a new span of that class (but for the longest such chain, whose
+// span the LAB adopts instead if no LAB owns it, its blocks becoming the new
+// hot span's: lab_refill); and when the LAB is flushed. A chain
 // takes no more blocks than its span had in use when it started, and one that
 // takes a span's last blocks has no spare room: the free that fills it goes to
 // the slow path, which gives the chain back at once, and the span goes to the

@@ -220,7 +220,8 @@ void percpu_collect() {
 
 Lab* percpu_slot(uint32_t k) {
   if (!percpu_on() || k >= g_percpu.ncpu) return nullptr;
-  return static_cast<Lab*>(__atomic_load_n(os::rseq_slot(reinterpret_cast<void**>(g_percpu.slots), k), __ATOMIC_RELAXED));
+  void** slot = os::rseq_slot(reinterpret_cast<void**>(g_percpu.slots), k);
+  return static_cast<Lab*>(__atomic_load_n(slot, __ATOMIC_RELAXED));
 }
 
 uint32_t percpu_cpus() { return percpu_on() ? g_percpu.ncpu : 0; }

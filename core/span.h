@@ -215,7 +215,7 @@ bool span_claim_reusable(Span* s, unsigned cls, Lab* lab, void** list);
 
 // FULL or PARTIAL -> HOT for a span lab holds a pending chain for (so it has
 // blocks in use and keeps its class): lab adopts the span it is freeing into
-// (lab.cpp, adopt_chained). On success sets *list to its remote free list
+// (lab.cpp, adopt_or_give_chains). On success sets *list to its remote free list
 // (may be empty). A PARTIAL span stays linked in its reusable stack, whose
 // popper drops it (lazy removal, reusable.h). False if the span is HOT (another
 // LAB owns it).

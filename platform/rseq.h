@@ -38,6 +38,7 @@ namespace fw::os {
 // Bytes from one CPU's slot to the next in a slot array (FW_RSEQ_CPU's shift):
 // one cache line each. An array for n CPUs takes n * kRseqSlotBytes.
 constexpr size_t kRseqSlotBytes = 64;
+static_assert(kRseqSlotBytes == size_t(1) << 6, "FW_RSEQ_CPU shifts the CPU number by 6");
 // CPU k's slot in such an array.
 inline void** rseq_slot(void** slots, uint32_t k) {
   return reinterpret_cast<void**>(reinterpret_cast<char*>(slots) + size_t(k) * kRseqSlotBytes);
