@@ -64,6 +64,15 @@ FloatedBlocks malloc_past_kept() {
   return f;
 }
 
+// Mallocs 64-byte blocks, appending them to `out`, until the calling thread's
+// LAB has another hot span for their class: the last block is the first the
+// LAB handed out after it took a span.
+void malloc_until_next_hot(std::vector<void*>& out) {
+  const unsigned c = class_of(64);
+  Span* const hot = lab_current()->hot[c];
+  while (lab_current()->hot[c] == hot) out.push_back(fw_malloc(64));
+}
+
 // The frees of class c that fw_stats reports, all LABs together.
 uint64_t class_frees(unsigned c) {
   fw_stats_t st;
@@ -236,9 +245,8 @@ TEST_CASE("frees into spans the thread let float wait in pending chains, one per
     CHECK(pending_count(ch) == 1);
     CHECK(lab_current()->pending[pending_slot_in(lab_current(), span_of(other))].span == span_of(other));
     // Taking a new span of the class first gives the class's chains to their spans.
-    Span* hot = lab_current()->hot[class_of(64)];
     std::vector<void*> more;
-    while (lab_current()->hot[class_of(64)] == hot) more.push_back(fw_malloc(64));
+    malloc_until_next_hot(more);
     CHECK(ch.span == nullptr);
     CHECK(fw_check_heap() == 0);
     for (void* p : more) fw_free(p);
@@ -281,9 +289,8 @@ TEST_CASE("a LAB whose hot span runs dry adopts the floated span it holds the lo
     REQUIRE(Anchor::unpack(f.first->anchor.load()).state == kFull);
     // Every kept span is full: the hot span's last block gone, the next malloc
     // takes a span, and it takes `first`, whose chain it had.
-    Span* const hot = lab->hot[c];
     std::vector<void*> more;
-    while (lab->hot[c] == hot) more.push_back(fw_malloc(64));
+    malloc_until_next_hot(more);
     CHECK(lab->hot[c] == f.first);
     CHECK(f.first->owner.load() == lab);
     CHECK(Anchor::unpack(f.first->anchor.load()).state == kHot);
@@ -322,9 +329,8 @@ TEST_CASE("a LAB adopts a reusable span it holds a chain for while the span is s
     Anchor a = Anchor::unpack(f.first->anchor.load());
     REQUIRE(a.state == kPartial);
     REQUIRE(a.linked);
-    Span* const hot = lab->hot[c];
     std::vector<void*> more;
-    while (lab->hot[c] == hot) more.push_back(fw_malloc(64));
+    malloc_until_next_hot(more);
     CHECK(lab->hot[c] == f.first);
     CHECK(more.back() == f.mine[3]);
     a = Anchor::unpack(f.first->anchor.load());
@@ -335,8 +341,7 @@ TEST_CASE("a LAB adopts a reusable span it holds a chain for while the span is s
     std::vector<void*> theirs;
     std::thread([&] {
       for (int i = 0; i < 64 && Anchor::unpack(f.first->anchor.load()).linked; i++) {
-        Span* h = lab_current()->hot[c];
-        while (lab_current()->hot[c] == h) theirs.push_back(fw_malloc(64));
+        malloc_until_next_hot(theirs);
       }
     }).join();
     a = Anchor::unpack(f.first->anchor.load());
