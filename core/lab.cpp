@@ -286,20 +286,28 @@ void lab_put_transient(Lab* lab) {
 
 namespace {
 
-// Gives chain i to its span, and counts its blocks as lab's frees (lab.h:
-// pushes are counted here, not one by one). The class is read while the chain
-// still holds blocks of the span, so the span cannot have been given back and
-// reused for another class. Its class's bit stays set (pending_of_class may
-// name empty slots: adopt_or_give_chains clears it).
-void chain_flush(Lab* lab, unsigned i) {
-  PendingChain& ch = lab->pending[i];
-  Span* const s = ch.span;
-  if (s == nullptr) return;
+// Ends chain ch of span s (class c) in lab's accounts, before its blocks go
+// to s or become lab's own: its bytes leave the budget, and its blocks count
+// as lab's frees (lab.h: pushes are counted here, not one by one). Returns
+// how many blocks it holds.
+uint32_t chain_close(Lab* lab, const PendingChain& ch, const Span* s, unsigned c) {
   const uint32_t bytes = pending_bytes_of(ch, s->block_size.load(std::memory_order_relaxed));
   lab->pending_bytes -= bytes;
   g_pending_total.fetch_sub(int64_t(bytes), std::memory_order_relaxed);
   const uint32_t n = pending_count(ch);
-  lab_count_n(lab->frees[s->cls.load(std::memory_order_relaxed)], n);
+  lab_count_n(lab->frees[c], n);
+  return n;
+}
+
+// Gives chain i to its span. The class is read while the chain still holds
+// blocks of the span, so the span cannot have been given back and reused for
+// another class. Its class's bit stays set (pending_of_class may name empty
+// slots: adopt_or_give_chains clears it).
+void chain_flush(Lab* lab, unsigned i) {
+  PendingChain& ch = lab->pending[i];
+  Span* const s = ch.span;
+  if (s == nullptr) return;
+  const uint32_t n = chain_close(lab, ch, s, s->cls.load(std::memory_order_relaxed));
   span_free_list(s, ch.head, ch.tail, n);
   ch = PendingChain{};
 }
@@ -476,10 +484,7 @@ Span* adopt_or_give_chains(Lab* lab, unsigned c, void** list) {
   }
   // The chain's blocks are free blocks of lab's span now, counted as frees as
   // chain_flush counts them.
-  const uint32_t bytes = pending_bytes_of(ch, s->block_size.load(std::memory_order_relaxed));
-  lab->pending_bytes -= bytes;
-  g_pending_total.fetch_sub(int64_t(bytes), std::memory_order_relaxed);
-  lab_count_n(lab->frees[c], most);
+  chain_close(lab, ch, s, c);
   block_link(ch.tail, remote);
   *list = ch.head;
   ch = PendingChain{};
