@@ -278,10 +278,7 @@ abort:
 
 #else
 #define FW_HAS_RSEQ 0
-inline void* rseq_pop(ptrdiff_t, void* const*, uint32_t, size_t, void** after) {
-  *after = nullptr;
-  return nullptr;
-}
+inline void* rseq_pop(ptrdiff_t, void* const*, uint32_t, size_t, void**) { return nullptr; }
 inline bool rseq_push_if(ptrdiff_t, void* const*, uint32_t, size_t, const void*, size_t, void*) {
   return false;
 }
