@@ -91,10 +91,8 @@ FW_NOINLINE void* malloc_secure(Lab* lab, unsigned c, size_t n, size_t align) {
 }  // namespace
 
 void* alloc_class_percpu(unsigned c, size_t n) {
-  void* next;
-  void* p = os::rseq_pop(g_percpu.rseq_off, reinterpret_cast<void* const*>(g_percpu.slots), g_percpu.ncpu, c, &next);
+  void* p = os::rseq_pop(g_percpu.rseq_off, reinterpret_cast<void* const*>(g_percpu.slots), g_percpu.ncpu, c);
   if (FW_UNLIKELY(p == nullptr)) return percpu_malloc_slow(c, n);
-  __builtin_prefetch(next, 1);  // the list's new head, as alloc_class does
 #if FREEWAY_HARDENING
   clear_canary(p);
 #endif

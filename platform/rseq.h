@@ -100,11 +100,9 @@ inline void** rseq_slot(void** slots, uint32_t k) {
 // heads, its array, or null. Pops the first node of list `idx` of the current
 // CPU's array; each node's first word is the next node's address (plain: the
 // lists these sections work on are never encoded, core/percpu.h). nullptr if
-// the CPU is out of range, its slot is empty or the list is empty; else
-// *after is the list's new head as the section left it (a hint for a
-// prefetch: another call may have popped it since).
+// the CPU is out of range, its slot is empty or the list is empty.
 __attribute__((always_inline)) inline void* rseq_pop(ptrdiff_t off, void* const* slots, uint32_t ncpu,
-                                                     size_t idx, void** after) {
+                                                     size_t idx) {
   uintptr_t node, base, next, k;
 retry:
   asm volatile goto(FW_RSEQ_START("%[node]")
@@ -120,7 +118,6 @@ retry:
            : "memory", "cc"
            : none, abort);
   if (node == 0) __builtin_unreachable();  // the section left through `none` then
-  *after = reinterpret_cast<void*>(next);
   return reinterpret_cast<void*>(node);
 none:
   return nullptr;
@@ -278,7 +275,7 @@ abort:
 
 #else
 #define FW_HAS_RSEQ 0
-inline void* rseq_pop(ptrdiff_t, void* const*, uint32_t, size_t, void**) { return nullptr; }
+inline void* rseq_pop(ptrdiff_t, void* const*, uint32_t, size_t) { return nullptr; }
 inline bool rseq_push_if(ptrdiff_t, void* const*, uint32_t, size_t, const void*, size_t, void*) {
   return false;
 }
