@@ -482,8 +482,8 @@ Span* adopt_or_give_chains(Lab* lab, unsigned c, void** list) {
     chain_flush(lab, best);
     return nullptr;
   }
-  // The chain's blocks are free blocks of lab's span now, counted as frees as
-  // chain_flush counts them.
+  // The chain's blocks are free blocks of lab's span now, counted as frees
+  // as a chain given to its span is (chain_close).
   chain_close(lab, ch, s, c);
   block_link(ch.tail, remote);
   *list = ch.head;
