@@ -91,16 +91,17 @@ FW_NOINLINE void* malloc_secure(Lab* lab, unsigned c, size_t n, size_t align) {
 }  // namespace
 
 void* alloc_class_percpu(unsigned c, size_t n) {
-  void* p = os::rseq_pop(g_percpu.rseq_off, reinterpret_cast<void* const*>(g_percpu.slots), g_percpu.ncpu, c);
+  void* p = os::rseq_pop_counted(g_percpu.rseq_off, reinterpret_cast<void* const*>(g_percpu.slots), g_percpu.ncpu,
+                                 offsetof(Lab, lists) + c * sizeof(ClassList));
   if (FW_UNLIKELY(p == nullptr)) return percpu_malloc_slow(c, n);
 #if FREEWAY_HARDENING
   clear_canary(p);
 #endif
-  percpu_count_alloc(c);
   return p;
 }
 
-void* malloc_slow(size_t n, Lab* lab, size_t c) {
+void* malloc_slow(size_t n, Lab* lab, size_t w) {
+  const unsigned c = list_class(w);
   if (FW_HAS_RSEQ && FW_LIKELY(lab == &g_lab_cpu)) {  // a thread in per-CPU mode (percpu.h)
     lab_leave(lab);
     return alloc_class_percpu(c, n);

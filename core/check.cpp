@@ -37,7 +37,7 @@ int check_heap() {
     }
     for (unsigned c = 0; c < kClassCount; c++) {
       uint64_t n = 0;
-      for (void* b = lab->free[c]; b != nullptr && n < (1u << 20); b = block_next(b)) n++;
+      for (void* b = lab->lists[c].head; b != nullptr && n < (1u << 20); b = block_next(b)) n++;
       in_use[c] -= n;  // owner-side free blocks (wraps back when the spans are added)
       // The own lists of its kept spans (its hot span's frees are on free[c],
       // its own count counting them as frees: span.h).

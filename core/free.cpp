@@ -37,12 +37,12 @@ void check_sized(void* p, Span* d, size_t n, bool aligned) {
 
 // Per-CPU mode (percpu.h), in restartable sections on the current CPU's LAB
 // (platform/rseq.h), each checking inside the section what it relies on:
-//  - a block of that LAB's hot span of its class goes onto free[c]
-//    (rseq_push_if: hot[c] == d; a LAB in a slot has no holder, so hot[c]
-//    changes only while the LAB is out of every slot);
+//  - a block of that LAB's hot span of its class goes onto free[c], counted
+//    in the same store (rseq_push_counted_if: hot[c] == d; a LAB in a slot has
+//    no holder, so hot[c] changes only while the LAB is out of every slot);
 //  - a block of a span with a pending chain in that LAB that has room goes onto
-//    the chain (rseq_push_counted: the chain's span and room, then one store);
-// then the count, in a section of its own (percpu_count_free). The checks
+//    the chain (rseq_push_counted: the chain's span and room, then one store),
+//    counted when the chain goes to its span (chain_flush, lab.h). The checks
 // (hardening; a sized free's size was checked by free_slow_sized) come first,
 // once the span is known to hold small blocks: owned (HOT), or FULL or PARTIAL
 // by its anchor. Every other block goes to percpu_free_slow.
@@ -59,12 +59,9 @@ void free_percpu(void* p, Span* d) {
     return percpu_free_slow(p, d, false);
   void* const* slots = reinterpret_cast<void* const*>(g_percpu.slots);
   // A CPU LAB keeps no spans (lab.h keeps_spans): the only span it owns of class c is hot[c].
-  if (owned && os::rseq_push_if(g_percpu.rseq_off, slots, g_percpu.ncpu, offsetof(Lab, hot) + c * sizeof(Span*), d,
-                                c, p)) {
-    percpu_count_free(c);
+  if (owned && os::rseq_push_counted_if(g_percpu.rseq_off, slots, g_percpu.ncpu, offsetof(Lab, hot) + c * sizeof(Span*),
+                                        d, offsetof(Lab, lists) + c * sizeof(ClassList), p))
     return;
-  }
-  // Onto the span's chain: counted when the chain goes to its span (chain_flush, lab.h).
   if (os::rseq_push_counted(g_percpu.rseq_off, slots, g_percpu.ncpu, offsetof(Lab, pending_mask),
                             offsetof(Lab, pending), pending_key(d), d, p))
     return;

@@ -295,7 +295,7 @@ uint32_t chain_close(Lab* lab, const PendingChain& ch, const Span* s, unsigned c
   lab->pending_bytes -= bytes;
   g_pending_total.fetch_sub(int64_t(bytes), std::memory_order_relaxed);
   const uint32_t n = pending_count(ch);
-  lab_count_n(lab->frees[c], n);
+  lab_count_n(lab->lists[c].frees, n);
   return n;
 }
 
@@ -357,7 +357,7 @@ void hot_enter(Lab* lab, unsigned c, Span* s) {
 // back): the frees its own count holds are added to lab's frees[c], and its
 // owner's frees go onto its own list from here.
 void hot_leave(Lab* lab, unsigned c, Span* s) {
-  lab_count_n(lab->frees[c], own_count(s));
+  lab_count_n(lab->lists[c].frees, own_count(s));
   own_set(s, nullptr, 0);
   s->own_at.store(own_list_at(s), std::memory_order_relaxed);
 }
@@ -367,9 +367,9 @@ void hot_leave(Lab* lab, unsigned c, Span* s) {
 void hot_release(Lab* lab, unsigned c) {
   Span* s = lab->hot[c];
   hot_leave(lab, c, s);
-  span_release(s, lab->free[c]);
+  span_release(s, lab->lists[c].head);
   lab->hot[c] = nullptr;
-  lab->free[c] = nullptr;
+  lab->lists[c].head = nullptr;
 }
 
 // Gives back every kept span of class c.
@@ -440,7 +440,7 @@ bool kept_switch(Lab* lab, unsigned c) {
   Span* s = lab->kept_at(c, found);
   hot_leave(lab, c, lab->hot[c]);
   lab->kept_at(c, found) = lab->hot[c];  // exhausted: free[c] is empty (lab_refill)
-  lab->free[c] = own_take(lab, s, c);  // empty if its free blocks are remote: collected next
+  lab->lists[c].head = own_take(lab, s, c);  // empty if its free blocks are remote: collected next
   hot_enter(lab, c, s);
   return true;
 }
@@ -558,7 +558,7 @@ uint32_t lab_parked_count() {
 }
 
 uint64_t lab_frees_of(const Lab* lab, unsigned c) {
-  uint64_t n = lab->frees[c].load(std::memory_order_relaxed) + lab->cpu_frees[c].load(std::memory_order_relaxed);
+  uint64_t n = lab->lists[c].frees.load(std::memory_order_relaxed);
   // The frees its spans' own counts hold (own_take and hot_leave add them).
   if (const Span* h = lab->hot[c]) n += own_count(h);
   const unsigned kept = lab->kept_n[c];
@@ -698,23 +698,23 @@ void lab_collect_current() {
 // lab_refill's block p of class c, carved and handed out at once: counted
 // as a block taken off free[c] is.
 FW_INLINE void* handed_out(Lab* lab, unsigned c, void* p) {
-  lab_count(lab->allocs[c]);
+  lab_count(lab->lists[c].allocs);
   return p;
 }
 
 void* lab_refill(Lab* lab, unsigned c) {
   for (;;) {
-    if (void* p = lab->free[c]) {
-      lab->free[c] = block_next(p);
-      __builtin_prefetch(lab->free[c], 1);  // as alloc_class does
+    if (void* p = lab->lists[c].head) {
+      lab->lists[c].head = block_next(p);
+      __builtin_prefetch(lab->lists[c].head, 1);  // as alloc_class does
       clear_canary(p);
-      lab_count(lab->allocs[c]);
+      lab_count(lab->lists[c].allocs);
       return p;
     }
     if (Span* s = lab->hot[c]) {
-      if ((lab->free[c] = span_collect(s)) != nullptr) continue;
+      if ((lab->lists[c].head = span_collect(s)) != nullptr) continue;
       if (span_has_uncarved(s)) {
-        if (void* p = span_carve_take(s, &lab->free[c])) return handed_out(lab, c, p);
+        if (void* p = span_carve_take(s, &lab->lists[c].head)) return handed_out(lab, c, p);
       }
       // s has no block left to give.
       if (keeps_spans(lab)) {
@@ -745,9 +745,9 @@ void* lab_refill(Lab* lab, unsigned c) {
     }
     own_set(s, nullptr, 0);  // large_size meant another thing until now, own_frees another span's (span.h)
     hot_enter(lab, c, s);
-    lab->free[c] = list;
+    lab->lists[c].head = list;
     if (list == nullptr) {
-      if (void* p = span_carve_take(s, &lab->free[c])) return handed_out(lab, c, p);
+      if (void* p = span_carve_take(s, &lab->lists[c].head)) return handed_out(lab, c, p);
     }
   }
 }
@@ -856,7 +856,7 @@ bool lab_is_valid(const Lab* lab) {
   for (unsigned c = 0; c < kClassCount; c++) {
     const Span* s = lab->hot[c];
     if (s == nullptr) {
-      if (lab->free[c] != nullptr) ok = report_invariant("lab: free list without a hot span", c);
+      if (lab->lists[c].head != nullptr) ok = report_invariant("lab: free list without a hot span", c);
       continue;
     }
     Anchor a = Anchor::unpack(s->anchor.load(std::memory_order_acquire));
@@ -869,7 +869,7 @@ bool lab_is_valid(const Lab* lab) {
     uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
     uint32_t carved = s->carved.load(std::memory_order_relaxed);
     uint32_t n = 0;
-    for (void* b = lab->free[c]; b != nullptr && n <= carved; b = block_next(b), n++) {
+    for (void* b = lab->lists[c].head; b != nullptr && n <= carved; b = block_next(b), n++) {
       uintptr_t off = reinterpret_cast<uintptr_t>(b) - base;
       if (reinterpret_cast<uintptr_t>(b) < base || off % bsize != 0 || off / bsize >= carved) {
         ok = report_invariant("lab: free list holds a block not of its hot span", c);

@@ -38,7 +38,7 @@
 //
 // Invariants (lab_is_valid):
 //   hot[kNoClass] == nullptr (span.h: the class of a span without small blocks)
-//   hot[c] == nullptr  =>  free[c] == nullptr
+//   hot[c] == nullptr  =>  free[c] == nullptr  (free[c]: lists[c].head)
 //   hot[c] != nullptr  =>  hot[c] is HOT with owner == this LAB, class c and
 //                          own_at == &free[c], free[c] lists only blocks of
 //                          hot[c], and hot[c]'s own list is empty (its own
@@ -46,16 +46,16 @@
 //                          hot, added to frees[c] when it stops: hot_leave)
 //   every span the LAB keeps has own_at == its own list's head, and an own list
 //   (own_head, span.h) of own_count of its blocks, which its holder pushes onto
-//   allocs[c], frees[c] are written only by the LAB's holder (relaxed); a
-//   thread frees into another thread's span counts the free in its own LAB;
-//   a free onto an own list is counted when the list is taken (own_take), and
-//   a free onto a pending chain when the chain goes to its span (chain_flush),
-//   so the LAB's frees of class c are frees[c] and cpu_frees[c] plus the own
-//   counts of its spans of class c (lab_frees_of) plus the blocks of its
-//   chains of class c (lab_add_pending_frees).
-//   cpu_allocs[c], cpu_frees[c] only grow, each by one plain add that is the
-//   commit of a restartable section run on the CPU whose slot holds the LAB
-//   (percpu_count_alloc, percpu_count_free); nothing else writes them.
+//   lists[c].allocs and lists[c].frees only grow, and are written by the
+//   LAB's holder (relaxed), or, while the LAB is in a CPU's slot, by the
+//   restartable sections of that CPU, whose one committing store writes the
+//   count with the list head (percpu.h); never by both, since a LAB in a slot
+//   has no holder. A thread that frees into another thread's span counts the
+//   free in its own LAB; a free onto an own list is counted when the list is
+//   taken (own_take), and a free onto a pending chain when the chain goes to
+//   its span (chain_flush), so the LAB's frees of class c are lists[c].frees
+//   plus the own counts of its spans of class c (lab_frees_of) plus the
+//   blocks of its chains of class c (lab_add_pending_frees).
 //   kept_at(c, 0..kept_n[c]) are distinct HOT spans of class c with owner ==
 //   this LAB, none of them hot[c]; kept_bytes is the sum of their span_bytes
 //   over all classes, at most kKeptBytes; only per-thread LABs outside secure
@@ -305,8 +305,25 @@ FW_INLINE uint32_t pending_count(const PendingChain& ch) {
   return ch.span == nullptr ? 0 : uint32_t(ch.limit) - ch.room;
 }
 
+// One class's list of blocks to hand out (free[c] in the comments) and its
+// counts, together in half a cache line: malloc's fast path pops the head
+// and adds to allocs in the line it loaded the head from, and per-CPU mode's
+// sections commit a count with the head in one 16-byte store, allocs and head
+// for a pop, head and frees for a push (platform/rseq.h), where a count of
+// its own took a second section each (Stop 69). Aligned to 32 bytes, so that
+// neither pair crosses a line.
+struct alignas(32) ClassList {
+  std::atomic<uint64_t> allocs;  // blocks handed out (lab_count)
+  void* head;                    // the list (a plain link in each block's first word)
+  std::atomic<uint64_t> frees;   // frees counted so far (the invariants below)
+  uint64_t unused;
+};
+static_assert(offsetof(ClassList, head) == offsetof(ClassList, allocs) + 8 &&
+                  offsetof(ClassList, frees) == offsetof(ClassList, head) + 8,
+              "the sections' 16-byte commits: allocs then head, head then frees");
+
 struct Lab {
-  void* free[kClassCount];  // first: the fast path indexes it from the LAB pointer
+  ClassList lists[kClassCount];  // first: the fast path indexes it from the LAB pointer
   HolderField<Span*> hot[kClassCount + 1];  // hot[kNoClass] stays null
   HolderField<uint32_t> pending_mask;  // slots in use - 1 (above); statistics read it (lab_pending_count)
   uint32_t pending_started;    // chains started in this window
@@ -322,15 +339,6 @@ struct Lab {
   HolderField<uint16_t> kept_n[kClassCount];     // kept spans of each class (kept_at)
   HolderField<uint16_t> kept_look[kClassCount];  // where kept_switch's next look starts
   uint64_t kept_classes;  // bit c: kept_n[c] > 0 (release_empty_kept visits only those classes)
-  std::atomic<uint64_t> allocs[kClassCount];
-  std::atomic<uint64_t> frees[kClassCount];
-  // Per-CPU mode's fast paths count in the LAB in the slot of the CPU they run
-  // on (percpu.h, percpu_count_alloc): a section whose commit is a plain add,
-  // so only while the LAB is in a slot, never by its holder, whose counts are
-  // allocs[] and frees[]. (Pushes onto pending chains are counted by
-  // chain_flush, in frees[].)
-  std::atomic<uint64_t> cpu_allocs[kClassCount];
-  std::atomic<uint64_t> cpu_frees[kClassCount];
   std::atomic<uint32_t> kind;
   uint32_t id;
   std::atomic<uint64_t> parked_at;  // os::now_ns() when it was parked (kLabParked)
@@ -436,7 +444,7 @@ FW_INLINE void lab_count(std::atomic<uint64_t>& counter) { single_writer_add_one
 // missed (a figure, like the others; descriptors are never unmapped). Exact
 // while no thread allocates or frees (fw_check_heap).
 FW_INLINE uint64_t lab_allocs_of(const Lab* lab, unsigned c) {
-  return lab->allocs[c].load(std::memory_order_relaxed) + lab->cpu_allocs[c].load(std::memory_order_relaxed);
+  return lab->lists[c].allocs.load(std::memory_order_relaxed);
 }
 // Not the blocks on lab's pending chains, which are frees too (counted when
 // a chain goes to its span): lab_add_pending_frees adds them, all classes in
@@ -458,7 +466,7 @@ FW_INLINE void lab_count_n(std::atomic<uint64_t>& counter, uint64_t n) {
 FW_INLINE void* own_take(Lab* lab, Span* s, size_t c) {
   void* head = own_head(s);
   if (head != nullptr) {
-    lab_count_n(lab->frees[c], own_count(s));
+    lab_count_n(lab->lists[c].frees, own_count(s));
     own_set(s, nullptr, 0);
   }
   return head;
@@ -466,7 +474,7 @@ FW_INLINE void* own_take(Lab* lab, Span* s, size_t c) {
 
 // own_at's value (span.h) for lab's hot span of class c: free[c], which
 // holds only blocks of that span (one word, as the own list's head is).
-FW_INLINE uintptr_t own_hot_at(const Lab* lab, size_t c) { return reinterpret_cast<uintptr_t>(&lab->free[c]); }
+FW_INLINE uintptr_t own_hot_at(const Lab* lab, size_t c) { return reinterpret_cast<uintptr_t>(&lab->lists[c].head); }
 static_assert(sizeof(HolderField<void*>) == sizeof(uintptr_t) && sizeof(std::atomic<uint64_t>) == sizeof(uintptr_t),
               "own_at names a one-word list head either way");
 

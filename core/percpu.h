@@ -22,12 +22,14 @@
 //     by sections running on CPU k (the fast paths and take), never by a holder;
 //   - a LAB out of every slot has at most one holder (the thread whose take or
 //     lab_take handed it out), which alone touches its lists;
-//   - the fast paths' counts go to the cpu_allocs and cpu_frees of the LAB
-//     in the slot of the CPU they run on, each by a section of its own whose
-//     commit is a plain add (percpu_count_alloc, below); the slow paths' to
-//     the holder's allocs and frees; stats add both. A free
-//     onto a pending chain is not counted by its section: the holder that
-//     gives the chain to its span counts its blocks (chain_flush, lab.h).
+//   - a fast path's section counts its pop or push in the LAB it works on,
+//     in the class's allocs or frees, which its committing store writes with
+//     the list's head (lab.h ClassList, platform/rseq.h); the slow paths count
+//     as the LAB's holder, in the same words. A free onto a pending chain is
+//     not counted by its section: the holder that gives the chain to its span
+//     counts its blocks (chain_flush, lab.h). Until Stop 69 each count was a
+//     section of its own after the operation's, an add into per-CPU counters
+//     (a third of per-CPU free's samples in bench/mmicro).
 // Nothing is bound to a thread: thread exit releases nothing, a thread that
 // migrates just uses another CPU's LAB, and a thread frozen or killed inside a
 // section has been moved out of it by the kernel. Only a thread stopped for
@@ -145,30 +147,6 @@ const char* percpu_mode_name();
 FW_NOINLINE void* percpu_malloc_slow(unsigned c, size_t n);
 // checked: p was checked and its free canary set already.
 FW_NOINLINE void percpu_free_slow(void* p, struct Span* d, bool checked);
-// A fast-path operation is counted after its section, by a second section
-// (percpu_count_alloc, percpu_count_free): one plain add to the cpu_allocs or
-// cpu_frees of the LAB in the slot of the CPU the thread runs on then, which
-// is the section's commit (os::rseq_add1). Usually that is the LAB the
-// operation used; after a migration it is the new CPU's, and if that slot is
-// empty the count goes to stats' unbound counts (stats_count_unbound_alloc,
-// _free), with an atomic add. Only these sections change cpu_allocs and
-// cpu_frees, so a plain add loses nothing; a `lock add`, which the fast paths
-// made until Stop 66, waits for every load before it, the popped block's link
-// among them (larson -t 32 on 2 cores, AMD EPYC guest: docs/benchmarks.md,
-// Stop 66). A push onto a pending chain is not counted by a section: the
-// holder that gives the chain to its span counts its blocks (lab.h). Stats
-// and telemetry sum every LAB's.
-FW_INLINE void percpu_count_alloc(unsigned c) {
-  if (FW_UNLIKELY(!os::rseq_add1(g_percpu.rseq_off, reinterpret_cast<void* const*>(g_percpu.slots), g_percpu.ncpu,
-                                 offsetof(Lab, cpu_allocs) + c * sizeof(uint64_t))))
-    stats_count_unbound_alloc(c);
-}
-FW_INLINE void percpu_count_free(unsigned c) {
-  if (FW_UNLIKELY(!os::rseq_add1(g_percpu.rseq_off, reinterpret_cast<void* const*>(g_percpu.slots), g_percpu.ncpu,
-                                 offsetof(Lab, cpu_frees) + c * sizeof(uint64_t))))
-    stats_count_unbound_free(c);
-}
-
 // fw_collect in per-CPU mode: the calling thread visits each CPU it may run
 // on and releases that CPU's LAB's hot spans and pending chains (the LAB stays
 // in its slot, empty), so that empty spans can go back to the OS. The thread's

@@ -16,9 +16,6 @@ namespace fw {
 namespace {
 
 std::atomic<uint64_t> g_unbound_frees[kClassCount];
-// Per-CPU fast-path allocations whose count section found no LAB in its CPU's
-// slot (percpu_count_alloc): counted here, not in a LAB (percpu.h).
-std::atomic<uint64_t> g_unbound_allocs[kClassCount];
 std::atomic<uint64_t> g_peak_live{0};
 // The large live bytes the last sample saw (stats_large_rose), and how many
 // samples sum_labs has made (stats_peak_samples).
@@ -33,7 +30,7 @@ struct ClassTotals {
 void sum_labs(ClassTotals& t) {
   g_samples.fetch_add(1, std::memory_order_relaxed);
   for (unsigned c = 0; c < kClassCount; c++) {
-    t.allocs[c] = g_unbound_allocs[c].load(std::memory_order_relaxed);
+    t.allocs[c] = 0;
     t.frees[c] = g_unbound_frees[c].load(std::memory_order_relaxed);
   }
   for (Lab* lab = lab_first(); lab != nullptr; lab = lab->all_next.load(std::memory_order_acquire)) {
@@ -67,7 +64,6 @@ void note_peak(uint64_t live) {
 }  // namespace
 
 void stats_count_unbound_free(unsigned cls) { g_unbound_frees[cls].fetch_add(1, std::memory_order_relaxed); }
-void stats_count_unbound_alloc(unsigned cls) { g_unbound_allocs[cls].fetch_add(1, std::memory_order_relaxed); }
 
 bool stats_large_rose() {
   return large_live_bytes() > g_large_at_sample.load(std::memory_order_relaxed);

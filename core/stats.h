@@ -6,8 +6,8 @@
 //
 // Where the numbers come from:
 //   per-class allocs/frees  summed over every LAB (single-writer counters read
-//                           relaxed), plus frees made with no LAB (unbound),
-//                           plus per-CPU mode's per-CPU rows (percpu.h)
+//                           relaxed; per-CPU mode's sections write them too,
+//                           percpu.h), plus frees made with no LAB (unbound)
 //   live bytes              sum over classes of (allocs - frees) * block size,
 //                           plus large_live_bytes
 //   peak live bytes         the highest live figure seen by a sample: every
@@ -39,7 +39,6 @@ namespace fw {
   X(threads_created, "thread caches ever bound to a thread")
 
 void stats_count_unbound_free(unsigned cls);
-void stats_count_unbound_alloc(unsigned cls);
 void stats_sample_peak();
 // Whether the large live bytes are above what the last sample saw (a sample
 // walks every LAB, so large blocks ask for one only when they rise: alloc.cpp).

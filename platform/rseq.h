@@ -96,25 +96,42 @@ inline void** rseq_slot(void** slots, uint32_t k) {
   "testq %[base], %[base]\n\t"                              \
   "jz %l[" fail "]\n\t"
 
-// The current CPU's slot (rseq_slot) holds a pointer to an array of list
-// heads, its array, or null. Pops the first node of list `idx` of the current
-// CPU's array; each node's first word is the next node's address (plain: the
-// lists these sections work on are never encoded, core/percpu.h). nullptr if
+// The current CPU's slot (rseq_slot) holds a pointer to an array; at byte
+// offset `at` of it are three words: a count of pops, a list head, a count of
+// pushes (core/lab.h ClassList). Each node's first word is the next node's
+// address (plain: the lists these sections work on are never encoded,
+// core/percpu.h). The count and the head change together, in one 16-byte
+// store that is the section's commit: a section is aborted only between
+// instructions, so a pop or push is counted once, with no section of its
+// own. The store is SSE2's `movdqu` (every x86-64 has it); the pair does not
+// cross a cache line (the caller's layout), and each 8-byte word of it is
+// written whole, so a relaxed load of either word from another CPU (the
+// counts, read as figures) sees its old or its new value.
+//
+// Pops the first node of that list and adds one to the pop count. nullptr if
 // the CPU is out of range, its slot is empty or the list is empty.
-__attribute__((always_inline)) inline void* rseq_pop(ptrdiff_t off, void* const* slots, uint32_t ncpu,
-                                                     size_t idx) {
+__attribute__((always_inline)) inline void* rseq_pop_counted(ptrdiff_t off, void* const* slots, uint32_t ncpu,
+                                                             size_t at) {
+  typedef long long pair __attribute__((vector_size(16)));
   uintptr_t node, base, next, k;
+  pair lo, hi;
 retry:
   asm volatile goto(FW_RSEQ_START("%[node]")
            FW_RSEQ_SLOT("none")                          // this CPU's array
-           "movq (%[base], %[idx], 8), %[node]\n\t"    // the list's head
+           "movq 8(%[base], %[at]), %[node]\n\t"       // the list's head
            "testq %[node], %[node]\n\t"
            "jz %l[none]\n\t"
            "movq (%[node]), %[next]\n\t"
-           "movq %[next], (%[base], %[idx], 8)\n\t"    // commit: the head is the next node
+           "movq %[next], %[hi]\n\t"
+           "movq (%[base], %[at]), %[next]\n\t"        // the pop count
+           "addq $1, %[next]\n\t"
+           "movq %[next], %[lo]\n\t"
+           "punpcklqdq %[hi], %[lo]\n\t"               // count + 1, then the next node
+           "movdqu %[lo], (%[base], %[at])\n\t"        // commit
            FW_RSEQ_END
-           : [node] "=&r"(node), [base] "=&r"(base), [next] "=&r"(next), [k] "=&r"(k)
-           : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [idx] "r"(idx)
+           : [node] "=&r"(node), [base] "=&r"(base), [next] "=&r"(next), [k] "=&r"(k), [lo] "=&x"(lo),
+             [hi] "=&x"(hi)
+           : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [at] "r"(at)
            : "memory", "cc"
            : none, abort);
   if (node == 0) __builtin_unreachable();  // the section left through `none` then
@@ -125,24 +142,32 @@ abort:
   goto retry;
 }
 
-// Pushes `node` on list `idx` of the current CPU's array if the word at byte
-// offset `at` of that array equals `tag`. false, with nothing changed, if the
-// CPU is out of range, its slot is empty or the word differs.
-__attribute__((always_inline)) inline bool rseq_push_if(ptrdiff_t off, void* const* slots, uint32_t ncpu,
-                                                        size_t at, const void* tag, size_t idx, void* node) {
-  uintptr_t base, head, k;
+// Pushes `node` on that list and adds one to the push count, if the word at
+// byte offset `tag_at` of the array equals `tag`. false, with nothing
+// changed, if the CPU is out of range, its slot is empty or the word differs.
+__attribute__((always_inline)) inline bool rseq_push_counted_if(ptrdiff_t off, void* const* slots, uint32_t ncpu,
+                                                                size_t tag_at, const void* tag, size_t at,
+                                                                void* node) {
+  typedef long long pair __attribute__((vector_size(16)));
+  uintptr_t base, word, k;
+  pair lo, hi;
 retry:
-  asm volatile goto(FW_RSEQ_START("%[head]")
+  asm volatile goto(FW_RSEQ_START("%[word]")
            FW_RSEQ_SLOT("no")
-           "cmpq %[tag], (%[base], %[at])\n\t"
+           "cmpq %[tag], (%[base], %[tag_at])\n\t"
            "jne %l[no]\n\t"
-           "movq (%[base], %[idx], 8), %[head]\n\t"
-           "movq %[head], (%[node])\n\t"               // node's link (node is the caller's alone)
-           "movq %[node], (%[base], %[idx], 8)\n\t"    // commit: node is the head
+           "movq 8(%[base], %[at]), %[word]\n\t"
+           "movq %[word], (%[node])\n\t"               // node's link (node is the caller's alone)
+           "movq 16(%[base], %[at]), %[word]\n\t"      // the push count
+           "addq $1, %[word]\n\t"
+           "movq %[word], %[hi]\n\t"
+           "movq %[node], %[lo]\n\t"
+           "punpcklqdq %[hi], %[lo]\n\t"               // node, then count + 1
+           "movdqu %[lo], 8(%[base], %[at])\n\t"       // commit
            FW_RSEQ_END
-           : [base] "=&r"(base), [head] "=&r"(head), [k] "=&r"(k)
-           : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [at] "r"(at), [tag] "r"(tag), [idx] "r"(idx),
-             [node] "r"(node)
+           : [base] "=&r"(base), [word] "=&r"(word), [k] "=&r"(k), [lo] "=&x"(lo), [hi] "=&x"(hi)
+           : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [tag_at] "r"(tag_at), [tag] "r"(tag),
+             [at] "r"(at), [node] "r"(node)
            : "memory", "cc"
            : no, abort);
   return true;
@@ -191,32 +216,6 @@ retry:
              [hi] "=&x"(hi)
            : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [mask] "r"(mask), [table] "r"(table),
              [key] "r"(key), [tag] "r"(tag), [node] "r"(node)
-           : "memory", "cc"
-           : no, abort);
-  return true;
-no:
-  return false;
-abort:
-  goto retry;
-}
-
-// Adds 1 to the 64-bit counter at byte offset `at` of the current CPU's
-// array. The add is one instruction, `addq` with no `lock`, and it is the
-// commit: a section is aborted only between instructions, so the add happens
-// once or not at all, and no other section on that CPU runs between its load
-// and its store. So no atomic read-modify-write is needed, provided the
-// counter is only ever changed by this section (any other writer, even a
-// `lock add` from another CPU, could lose an update). false, with nothing
-// changed, if the CPU is out of range or its slot is empty.
-__attribute__((always_inline)) inline bool rseq_add1(ptrdiff_t off, void* const* slots, uint32_t ncpu, size_t at) {
-  uintptr_t k, base;
-retry:
-  asm volatile goto(FW_RSEQ_START("%[base]")
-           FW_RSEQ_SLOT("no")
-           "addq $1, (%[base], %[at])\n\t"              // commit
-           FW_RSEQ_END
-           : [k] "=&r"(k), [base] "=&r"(base)
-           : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [at] "r"(at)
            : "memory", "cc"
            : no, abort);
   return true;
@@ -275,14 +274,13 @@ abort:
 
 #else
 #define FW_HAS_RSEQ 0
-inline void* rseq_pop(ptrdiff_t, void* const*, uint32_t, size_t) { return nullptr; }
-inline bool rseq_push_if(ptrdiff_t, void* const*, uint32_t, size_t, const void*, size_t, void*) {
+inline void* rseq_pop_counted(ptrdiff_t, void* const*, uint32_t, size_t) { return nullptr; }
+inline bool rseq_push_counted_if(ptrdiff_t, void* const*, uint32_t, size_t, const void*, size_t, void*) {
   return false;
 }
 inline bool rseq_push_counted(ptrdiff_t, void* const*, uint32_t, size_t, size_t, uintptr_t, const void*, void*) {
   return false;
 }
-inline bool rseq_add1(ptrdiff_t, void* const*, uint32_t, size_t) { return false; }
 inline void* rseq_take(ptrdiff_t, void**, uint32_t) { return nullptr; }
 inline bool rseq_put(ptrdiff_t, void**, uint32_t, void*) { return false; }
 #endif

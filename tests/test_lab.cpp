@@ -97,6 +97,30 @@ TEST_CASE("a thread's first call binds a LAB through the EMPTY placeholder") {
   }).join();
 }
 
+TEST_CASE("malloc of each size up to 1024 bytes pops its class's list and counts it there (the fast path's list word)") {
+  std::thread([] {
+    for (size_t n = 0; n <= kSmallTableMax; n++) {
+      const unsigned c = class_of_small(n);
+      CHECK(list_class(kListWordOfSmall.of[(n + 15) >> 4]) == c);
+      void* warm = fw_malloc(n);  // the class's list is filled (a refill, or already)
+      REQUIRE(warm != nullptr);
+      Lab* lab = lab_current();
+      void* head = lab->lists[c].head;
+      const uint64_t allocs = lab->lists[c].allocs.load();
+      if (head == nullptr) {  // the refill handed out the span's last block
+        fw_free(warm);
+        continue;
+      }
+      void* p = fw_malloc(n);
+      CHECK(p == head);
+      CHECK(lab->lists[c].allocs.load() == allocs + 1);
+      fw_free(p);
+      fw_free(warm);
+    }
+    CHECK(fw_check_heap() == 0);
+  }).join();
+}
+
 TEST_CASE("a block its owner frees into its hot span is the next handed out, one of a kept span goes onto its own list") {
   std::thread([] {
     void* a = fw_malloc(100);
@@ -107,7 +131,7 @@ TEST_CASE("a block its owner frees into its hot span is the next handed out, one
     CHECK(own_is_hot(s));
     void* b = fw_malloc(100);
     fw_free(a);
-    CHECK(lab->free[c] == a);  // before the blocks carved and never handed out
+    CHECK(lab->lists[c].head == a);  // before the blocks carved and never handed out
     CHECK(own_head(s) == nullptr);
     CHECK(own_count(s) == 1);  // counted as a free in the descriptor (span.h)
     void* again = fw_malloc(100);
@@ -121,11 +145,11 @@ TEST_CASE("a block its owner frees into its hot span is the next handed out, one
     CHECK(!own_is_hot(s));
     CHECK(own_count(s) == 0);  // its frees while hot went to the LAB's count
     CHECK(own_is_hot(lab->hot[c]));
-    void* head_before = lab->free[c];
+    void* head_before = lab->lists[c].head;
     fw_free(b);
     CHECK(own_count(s) == 1);
     CHECK(own_head(s) == b);
-    CHECK(lab->free[c] == head_before);
+    CHECK(lab->lists[c].head == head_before);
     CHECK(fw_check_heap() == 0);
     for (void* p : got)
       if (p != b) fw_free(p);
@@ -212,7 +236,7 @@ TEST_CASE("frees into spans the thread let float wait in pending chains, one per
     const PendingChain& ch = lab_current()->pending[pending_slot_in(lab_current(), first)];
     const uint64_t held0 = lab_held_bytes(), pending0 = lab_current()->pending_bytes;
     const unsigned c = class_of(64);
-    const uint64_t counted0 = lab_current()->frees[c].load(), stated0 = class_frees(c);
+    const uint64_t counted0 = lab_current()->lists[c].frees.load(), stated0 = class_frees(c);
     for (uint32_t i = 0; i < limit; i++) fw_free(mine[i]);
     // What the LABs hold (the mode switch's measure, percpu.h) grew by the chain's budget.
     CHECK(lab_current()->pending_bytes > pending0);
@@ -224,7 +248,7 @@ TEST_CASE("frees into spans the thread let float wait in pending chains, one per
     CHECK(fw_check_heap() == 0);  // the block equation counts pending blocks as free
     // They are not counted one by one (free's fast path loads no class for
     // them), yet fw_stats counts them: it adds what the chains hold.
-    CHECK(lab_current()->frees[c].load() == counted0);
+    CHECK(lab_current()->lists[c].frees.load() == counted0);
     CHECK(class_frees(c) == stated0 + limit);
     // The next free into the span gives the chain to it in one step, counting
     // its blocks, and starts the next chain with itself.
@@ -232,7 +256,7 @@ TEST_CASE("frees into spans the thread let float wait in pending chains, one per
     CHECK(Anchor::unpack(first->anchor.load()).count == limit);
     CHECK(ch.span == first);
     CHECK(pending_count(ch) == 1);
-    CHECK(lab_current()->frees[c].load() == counted0 + limit);
+    CHECK(lab_current()->lists[c].frees.load() == counted0 + limit);
     CHECK(class_frees(c) == stated0 + limit + 1);
     // A free into another floated span uses that span's chain and leaves this one.
     void* other = nullptr;
