@@ -27,9 +27,9 @@ namespace fw {
 
 // Slow paths. Both are entered with lab_current() == BUSY and restore it.
 // n is the size asked for (secure mode keeps it in the block, secure_heap.h).
-// n comes first and the class is a size_t: malloc's argument stays in its
-// register and the class in the one the fast path indexed with, so the fast
-// path copies nothing for the call.
+// n comes first and the class's list word (list_word) is a size_t: malloc's
+// argument stays in its register and the word in the one the fast path
+// indexed with, so the fast path copies nothing for the call.
 FW_NOINLINE void* malloc_slow(size_t n, Lab* lab, size_t w);  // w: list_word(c), below
 // malloc_slow past its first test (the CPU placeholder goes to per-CPU mode's
 // path): a function of its own, so that the per-CPU calls that pass through
@@ -47,8 +47,8 @@ FW_NOINLINE void* alloc_class_percpu(unsigned c, size_t n);
 
 // The fast path finds class c's list (lab.h ClassList) at word w = 4c of the
 // LAB: one `lea` with x86-64's largest scale (8), where the class itself
-// took two moves, a shift and an add (23 instructions to the return instead
-// of 21, Stop 69). Sizes up to kSmallTableMax map to w with one
+// took a move, a shift and an add, and a move of the block into the return
+// register (24 instructions to the return instead of 21, Stop 69). Sizes up to kSmallTableMax map to w with one
 // table load (kListWordOfSmall), as they map to the class (size_class.h).
 constexpr size_t kListWords = sizeof(ClassList) / sizeof(uint64_t);
 FW_INLINE size_t list_word(unsigned c) { return c * kListWords; }

@@ -42,10 +42,12 @@
 //   hot[c] != nullptr  =>  hot[c] is HOT with owner == this LAB, class c and
 //                          own_at == &free[c], free[c] lists only blocks of
 //                          hot[c], and hot[c]'s own list is empty (its own
-//                          count counts the frees onto free[c] since it became
-//                          hot, added to frees[c] when it stops: hot_leave)
+//                          count counts its holder's frees onto free[c] since
+//                          it became hot, added to frees[c] when it stops:
+//                          hot_leave; a CPU's sections count theirs in
+//                          lists[c].frees as they push, percpu.h)
 //   every span the LAB keeps has own_at == its own list's head, and an own list
-//   (own_head, span.h) of own_count of its blocks, which its holder pushes onto
+//   (own_head, span.h) of own_count of its blocks, which its holder pushes onto.
 //   lists[c].allocs and lists[c].frees only grow, and are written by the
 //   LAB's holder (relaxed), or, while the LAB is in a CPU's slot, by the
 //   restartable sections of that CPU, whose one committing store writes the
@@ -318,7 +320,7 @@ struct alignas(32) ClassList {
   std::atomic<uint64_t> frees;   // frees counted so far (the invariants below)
   uint64_t unused;
 };
-static_assert(offsetof(ClassList, head) == offsetof(ClassList, allocs) + 8 &&
+static_assert(offsetof(ClassList, allocs) == 0 && offsetof(ClassList, head) == 8 &&
                   offsetof(ClassList, frees) == offsetof(ClassList, head) + 8,
               "the sections' 16-byte commits: allocs then head, head then frees");
 
@@ -433,8 +435,9 @@ FW_INLINE void lab_leave(Lab* slot) {
   lab_set_current(slot);
 }
 
-// Adds one to one of the LAB's own counters (allocs, frees), which only its
-// holder writes and others read with relaxed loads (relaxed.h).
+// Adds one to one of the LAB's own counters (allocs, frees), which its holder
+// writes (and, while the LAB is in a CPU's slot, that CPU's sections: above)
+// and others read with relaxed loads (relaxed.h).
 FW_INLINE void lab_count(std::atomic<uint64_t>& counter) { single_writer_add_one(counter); }
 
 // lab's allocations and frees of class c: its holders' counts and per-CPU
@@ -475,7 +478,7 @@ FW_INLINE void* own_take(Lab* lab, Span* s, size_t c) {
 // own_at's value (span.h) for lab's hot span of class c: free[c], which
 // holds only blocks of that span (one word, as the own list's head is).
 FW_INLINE uintptr_t own_hot_at(const Lab* lab, size_t c) { return reinterpret_cast<uintptr_t>(&lab->lists[c].head); }
-static_assert(sizeof(HolderField<void*>) == sizeof(uintptr_t) && sizeof(std::atomic<uint64_t>) == sizeof(uintptr_t),
+static_assert(sizeof(void*) == sizeof(uintptr_t) && sizeof(std::atomic<uint64_t>) == sizeof(uintptr_t),
               "own_at names a one-word list head either way");
 
 // The owner pushes block p (checked and canaried) of owned span s onto the

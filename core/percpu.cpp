@@ -47,7 +47,7 @@ void switch_if_held_much() {
   g_percpu.on.store(true, std::memory_order_release);
 }
 
-// The CPU's slot array and counter rows; false if there is no memory for them.
+// The CPU's slot array; false if there is no memory for it.
 bool make_tables(ptrdiff_t off) {
   size_t n = os::cpu_count_possible();
   if (n > kMaxCpus) n = kMaxCpus;

@@ -18,8 +18,10 @@
 // span goes to it through that span's anchor, one CAS per pending chain.
 //
 // Invariants:
-//   - a LAB is in at most one slot, and a LAB in slot k is read or written only
-//     by sections running on CPU k (the fast paths and take), never by a holder;
+//   - a LAB is in at most one slot, and a LAB in slot k is written only by
+//     sections running on CPU k (the fast paths and take), never by a holder
+//     (statistics, telemetry and fw_check_heap read its counts and lists as
+//     figures, from any CPU);
 //   - a LAB out of every slot has at most one holder (the thread whose take or
 //     lab_take handed it out), which alone touches its lists;
 //   - a fast path's section counts its pop or push in the LAB it works on,
@@ -29,7 +31,7 @@
 //     not counted by its section: the holder that gives the chain to its span
 //     counts its blocks (chain_flush, lab.h). Until Stop 69 each count was a
 //     section of its own after the operation's, an add into per-CPU counters
-//     (a third of per-CPU free's samples in bench/mmicro).
+//     (a third of per-CPU free's samples in bench/mmicro -t 1, docs/benchmarks.md).
 // Nothing is bound to a thread: thread exit releases nothing, a thread that
 // migrates just uses another CPU's LAB, and a thread frozen or killed inside a
 // section has been moved out of it by the kernel. Only a thread stopped for
@@ -42,7 +44,7 @@
 // per-thread LABs. 1: per-CPU from the start. 2 (the default): per-thread
 // while the threads bound to LABs are at most twice the CPUs and at most
 // kPerCpuMinThreads, where the per-thread fast path is the cheaper one (no
-// atomic count; a thread frees its older blocks into spans its own cache
+// restartable section; a thread frees its older blocks into spans its own cache
 // keeps, which a CPU's cache, shared by the threads that run there, does not)
 // and its caches are few; per-CPU once there are more at two binds in a row
 // (percpu_thread_bound) and the caches hold more than kPerThreadHeldMax
@@ -67,7 +69,6 @@
 #include "core/config.h"
 #include "core/lab.h"
 #include "core/size_class.h"
-#include "core/stats.h"
 #include "platform/rseq.h"
 
 namespace fw {
@@ -90,7 +91,7 @@ bool percpu_start();
 // The default mode stays per-thread up to this many threads even on few CPUs:
 // so many per-thread caches hold a few MiB (about 120 KiB each for a thread
 // that used 21 classes, bench/idle_threads), which is not worth the per-CPU
-// fast paths' atomic counts and their cost to threads that free their own
+// fast paths' sections and their cost to threads that free their own
 // older blocks (Larson's server with 4 threads on 2 CPUs: 132 M operations
 // per second per thread, 36 M per CPU).
 constexpr uint32_t kPerCpuMinThreads = 16;

@@ -104,9 +104,10 @@ inline void** rseq_slot(void** slots, uint32_t k) {
 // store that is the section's commit: a section is aborted only between
 // instructions, so a pop or push is counted once, with no section of its
 // own. The store is SSE2's `movdqu` (every x86-64 has it); the pair does not
-// cross a cache line (the caller's layout), and each 8-byte word of it is
-// written whole, so a relaxed load of either word from another CPU (the
-// counts, read as figures) sees its old or its new value.
+// cross a cache line (the caller's layout). x86 writes each aligned 8-byte
+// word of it whole in practice (the manual promises only that a wider store
+// may be several accesses), so a relaxed load of either word from another CPU
+// (the counts, read as figures) sees its old or its new value.
 //
 // Pops the first node of that list and adds one to the pop count. nullptr if
 // the CPU is out of range, its slot is empty or the list is empty.

@@ -99,11 +99,13 @@ TEST_CASE("a thread's first call binds a LAB through the EMPTY placeholder") {
 
 TEST_CASE("malloc of each size up to 1024 bytes pops its class's list and counts it there (the fast path's list word)") {
   std::thread([] {
+    size_t popped = 0;
     for (size_t n = 0; n <= kSmallTableMax; n++) {
       const unsigned c = class_of_small(n);
-      CHECK(list_class(kListWordOfSmall.of[(n + 15) >> 4]) == c);
+      CHECK(kListWordOfSmall.of[(n + 15) >> 4] == list_word(c));
       void* warm = fw_malloc(n);  // the class's list is filled (a refill, or already)
       REQUIRE(warm != nullptr);
+      CHECK(span_of(warm)->cls.load() == c);
       Lab* lab = lab_current();
       void* head = lab->lists[c].head;
       const uint64_t allocs = lab->lists[c].allocs.load();
@@ -114,9 +116,11 @@ TEST_CASE("malloc of each size up to 1024 bytes pops its class's list and counts
       void* p = fw_malloc(n);
       CHECK(p == head);
       CHECK(lab->lists[c].allocs.load() == allocs + 1);
+      popped++;
       fw_free(p);
       fw_free(warm);
     }
+    CHECK(popped > kSmallTableMax - 16);  // nearly every size found its class's list filled
     CHECK(fw_check_heap() == 0);
   }).join();
 }

@@ -50,6 +50,65 @@ unsigned pin_first() {
 
 }  // namespace
 
+TEST_CASE("per-CPU sections: a pop and a push change the list and its count in one commit, and change nothing when "
+          "they fail") {
+  if (!per_cpu()) return;
+  // A slot array of the test's own, each CPU's slot naming the same record
+  // (a class's list, as core/lab.h lays it out, then a tag word), so that the
+  // sections below work on it whichever CPU the thread runs on. This checks
+  // the sections themselves: through malloc and free, a slow path counts in
+  // the same words, so a section that always failed would still count.
+  struct alignas(64) Record {
+    ClassList list;
+    const void* tag;
+  };
+  static_assert(offsetof(Record, list) == 0, "the list's words at the record's start");
+  Record rec{};
+  rec.list.allocs.store(5);
+  rec.list.frees.store(7);
+  int tag_mark = 0;
+  rec.tag = &tag_mark;
+  const uint32_t ncpu = g_percpu.ncpu;
+  std::vector<uint64_t> mem(size_t(ncpu) * os::kRseqSlotBytes / 8 + 8);
+  auto* slots = reinterpret_cast<void**>((reinterpret_cast<uintptr_t>(mem.data()) + 63) & ~uintptr_t(63));
+  for (uint32_t k = 0; k < ncpu; k++) *os::rseq_slot(slots, k) = &rec;
+  const ptrdiff_t off = g_percpu.rseq_off;
+  const size_t tag_at = offsetof(Record, tag);
+  alignas(16) void* a[2] = {};
+  alignas(16) void* b[2] = {};
+
+  CHECK(os::rseq_pop_counted(off, slots, ncpu, 0) == nullptr);  // empty: no pop, no count
+  CHECK(rec.list.allocs.load() == 5);
+  int other = 0;
+  CHECK_FALSE(os::rseq_push_counted_if(off, slots, ncpu, tag_at, &other, 0, a));  // another tag
+  CHECK(rec.list.head == nullptr);
+  CHECK(rec.list.frees.load() == 7);
+  REQUIRE(os::rseq_push_counted_if(off, slots, ncpu, tag_at, &tag_mark, 0, a));
+  CHECK(rec.list.head == static_cast<void*>(a));
+  CHECK(a[0] == nullptr);  // linked to the old head
+  CHECK(rec.list.frees.load() == 8);
+  REQUIRE(os::rseq_push_counted_if(off, slots, ncpu, tag_at, &tag_mark, 0, b));
+  CHECK(rec.list.head == static_cast<void*>(b));
+  CHECK(b[0] == static_cast<void*>(a));
+  CHECK(rec.list.frees.load() == 9);
+  CHECK(rec.list.allocs.load() == 5);  // pushes leave the pop count alone
+  CHECK(os::rseq_pop_counted(off, slots, ncpu, 0) == static_cast<void*>(b));
+  CHECK(rec.list.head == static_cast<void*>(a));
+  CHECK(rec.list.allocs.load() == 6);
+  CHECK(os::rseq_pop_counted(off, slots, ncpu, 0) == static_cast<void*>(a));
+  CHECK(rec.list.head == nullptr);
+  CHECK(rec.list.allocs.load() == 7);
+  CHECK(rec.list.frees.load() == 9);  // pops leave the push count alone
+  CHECK(rec.list.unused == 0);
+  CHECK(os::rseq_pop_counted(off, slots, ncpu, 0) == nullptr);
+  CHECK(rec.list.allocs.load() == 7);
+  // A CPU number out of range (an array for no CPUs) fails both, changing nothing.
+  CHECK(os::rseq_pop_counted(off, slots, 0, 0) == nullptr);
+  CHECK_FALSE(os::rseq_push_counted_if(off, slots, 0, tag_at, &tag_mark, 0, a));
+  CHECK(rec.list.head == nullptr);
+  CHECK(rec.list.frees.load() == 9);
+}
+
 TEST_CASE("per-CPU mode: each CPU's slot has a cache line of its own, and the sections find the LAB of the CPU the "
           "thread runs on there") {
   if (!per_cpu()) return;
@@ -67,7 +126,7 @@ TEST_CASE("per-CPU mode: each CPU's slot has a cache line of its own, and the se
       REQUIRE(lab != nullptr);
       const unsigned c = class_of_small(96);
       const uint64_t allocs = lab->lists[c].allocs.load();
-      void* b = fw_malloc(96);  // a pop counted by its section: on this CPU's LAB
+      void* b = fw_malloc(96);  // a pop from this CPU's LAB, counted there
       REQUIRE(b != nullptr);
       CHECK(lab->lists[c].allocs.load() == allocs + 1);
       fw_free(b);
