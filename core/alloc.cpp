@@ -92,7 +92,7 @@ FW_NOINLINE void* malloc_secure(Lab* lab, unsigned c, size_t n, size_t align) {
 
 void* alloc_class_percpu(unsigned c, size_t n) {
   void* p = os::rseq_pop_counted(g_percpu.rseq_off, reinterpret_cast<void* const*>(g_percpu.slots), g_percpu.ncpu,
-                                 offsetof(Lab, lists) + c * sizeof(ClassList));
+                                 lab_list_offset(c));
   if (FW_UNLIKELY(p == nullptr)) return percpu_malloc_slow(c, n);
 #if FREEWAY_HARDENING
   clear_canary(p);

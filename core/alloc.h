@@ -48,8 +48,9 @@ FW_NOINLINE void* alloc_class_percpu(unsigned c, size_t n);
 // The fast path finds class c's list (lab.h ClassList) at word w = 4c of the
 // LAB: one `lea` with x86-64's largest scale (8), where the class itself
 // took a move, a shift and an add, and a move of the block into the return
-// register (24 instructions to the return instead of 21, Stop 69). Sizes up to kSmallTableMax map to w with one
-// table load (kListWordOfSmall), as they map to the class (size_class.h).
+// register (24 instructions to the return instead of 21, Stop 69). Sizes up
+// to kSmallTableMax map to w with one table load (kListWordOfSmall), as they
+// map to the class (size_class.h).
 constexpr size_t kListWords = sizeof(ClassList) / sizeof(uint64_t);
 FW_INLINE size_t list_word(unsigned c) { return c * kListWords; }
 FW_INLINE unsigned list_class(size_t w) { return unsigned(w / kListWords); }

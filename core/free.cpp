@@ -60,7 +60,7 @@ void free_percpu(void* p, Span* d) {
   void* const* slots = reinterpret_cast<void* const*>(g_percpu.slots);
   // A CPU LAB keeps no spans (lab.h keeps_spans): the only span it owns of class c is hot[c].
   if (owned && os::rseq_push_counted_if(g_percpu.rseq_off, slots, g_percpu.ncpu, offsetof(Lab, hot) + c * sizeof(Span*),
-                                        d, offsetof(Lab, lists) + c * sizeof(ClassList), p))
+                                        d, lab_list_offset(c), p))
     return;
   if (os::rseq_push_counted(g_percpu.rseq_off, slots, g_percpu.ncpu, offsetof(Lab, pending_mask),
                             offsetof(Lab, pending), pending_key(d), d, p))

@@ -475,6 +475,10 @@ FW_INLINE void* own_take(Lab* lab, Span* s, size_t c) {
   return head;
 }
 
+// Byte offset of class c's ClassList in a LAB: where per-CPU mode's sections
+// (platform/rseq.h), given the LAB in a CPU's slot, find its list and counts.
+FW_INLINE size_t lab_list_offset(unsigned c) { return offsetof(Lab, lists) + c * sizeof(ClassList); }
+
 // own_at's value (span.h) for lab's hot span of class c: free[c], which
 // holds only blocks of that span (one word, as the own list's head is).
 FW_INLINE uintptr_t own_hot_at(const Lab* lab, size_t c) { return reinterpret_cast<uintptr_t>(&lab->lists[c].head); }
