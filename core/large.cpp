@@ -270,6 +270,44 @@ static bool extend_run(Span* head, uint64_t total) {
   return true;
 }
 
+// Grows head's run of a large block in place over the free spans in the pool
+// that follow it (pool_take_after), to `total` bytes from its base: the
+// run class of that length if as much lies free there, else the exact length,
+// within its frontier's kind of runs as extend_run. So a buffer that grows
+// where an earlier one was freed (a vector's or a read buffer's growth, round
+// after round) takes that buffer's pages instead of a copy into other pages,
+// as a heap's free next chunk serves a growing block. Only when the pages a
+// growth adds outnumber the spans in the pool, which the take gathers: below
+// that a copy costs less. False, changing nothing but committing the rest of
+// the run, when the spans there are not free.
+static bool extend_run_over_pool(Span* head, uint64_t total) {
+  const uint32_t len = head->run_len.load(std::memory_order_relaxed);
+  const uint32_t need = uint32_t((total + kVspanSize - 1) >> kVspanShift);
+  if (need <= len) return false;
+  const uint32_t hi = span_index(head), end = hi + len;
+  if (frontier_of(need) != arena_frontier(hi) || end % kVspansPerRegion == 0) return false;
+  // A hint, read without holding the neighbour: the take settles it.
+  if (Anchor::unpack(span_at(end)->anchor.load(std::memory_order_relaxed)).state != kFree) return false;
+  const uint64_t adds = total - (uint64_t(len) << kVspanShift);
+  if (pool_span_count() > adds / os::page_size()) return false;
+  uint32_t want = need > 4 ? run_class(need) : need;
+  if (frontier_of(want) != arena_frontier(hi)) want = need;
+  // The run's own pages first, so that the pieces' pages extend a prefix.
+  if (!span_commit(head, uint64_t(len) << kVspanShift)) return false;
+  uint64_t pages = 0;
+  const uint32_t got = pool_take_after(end, need - len, want - len, &pages);
+  if (got == 0) return false;
+  for (uint32_t i = len; i < len + got; i++) {
+    Span* t = span_at(hi + i);
+    t->run_len.store(hi, std::memory_order_relaxed);
+    set_state(t, kLargeTail);
+  }
+  head->committed.store((uint64_t(len) << kVspanShift) + pages, std::memory_order_relaxed);
+  head->run_len.store(len + got, std::memory_order_relaxed);
+  g_live_spans.fetch_add(got, std::memory_order_relaxed);
+  return true;
+}
+
 bool large_resize_in_place(void* p, Span* d, size_t size) {
   Span* head = head_of(p, d);
   if (head == nullptr) return false;
@@ -287,8 +325,9 @@ bool large_resize_in_place(void* p, Span* d, size_t size) {
   uint64_t room = room_now();
   uint64_t old = head->large_size.load(std::memory_order_relaxed);
   if (size <= (huge ? kLargeMax : kSmallMax)) return false;
-  if (size > room && !huge && offset + size <= kLargeMax && pool_retained_bytes() < offset + size &&
-      extend_run(head, offset + size))
+  if (size > room && !huge && offset + size <= kLargeMax &&
+      (extend_run_over_pool(head, offset + size) ||
+       (pool_retained_bytes() < offset + size && extend_run(head, offset + size))))
     room = room_now();
   if (size > room) return false;
   uint64_t bytes = round_up(offset + size, os::page_size());

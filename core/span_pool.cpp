@@ -734,6 +734,67 @@ Span* pool_take_run(uint32_t n, uint64_t want) {
   return nullptr;
 }
 
+uint32_t pool_take_after(uint32_t end, uint32_t least, uint32_t most, uint64_t* pages) {
+  const uint32_t region_end = (end / kVspansPerRegion + 1) * kVspansPerRegion;
+  if (end % kVspansPerRegion == 0 || least == 0 || most < least || end + least > region_end) return 0;
+  if (most > region_end - end) most = region_end - end;
+  // Every pooled piece, its head marked with this call's token (as coalesce
+  // marks what it gathered: odd, never a real offset, and no other call's).
+  const uint32_t token = 0x80000001u | (g_coalesce_calls.fetch_add(1, std::memory_order_relaxed) << 1);
+  const uint32_t chain = take_all();
+  for (uint32_t h = chain; h != kNoIndex; h = span_at(h)->pool_next.load(std::memory_order_relaxed))
+    span_at(h)->offset.store(token, std::memory_order_relaxed);
+  auto ours = [token](uint32_t i) { return span_at(i)->offset.load(std::memory_order_relaxed) == token; };
+  // The pieces that follow one another from `end` on.
+  uint32_t got = 0;
+  while (got < most && ours(end + got)) got += span_at(end + got)->run_len.load(std::memory_order_relaxed);
+  const uint32_t take = got < least ? 0 : (got < most ? got : most);
+  uint64_t prefix = 0;  // committed bytes from end's base on, without a gap
+  bool whole = true;    // every piece so far committed to its end
+  for (uint32_t k = 0; k < take;) {
+    Span* piece = span_at(end + k);
+    const uint32_t len = piece->run_len.load(std::memory_order_relaxed);
+    const uint64_t c = piece->committed.load(std::memory_order_relaxed);
+    const uint32_t in = len < take - k ? len : take - k;  // of it, taken
+    const uint64_t in_bytes = uint64_t(in) << kVspanShift;
+    if (in < len) {
+      // The last piece goes on past what is taken: the rest goes back, with
+      // its share of the pages (a prefix of the rest, as they were of the piece).
+      Span* rest = span_at(end + k + in);
+      rest->cls.store(uint16_t(kNoClass), std::memory_order_release);
+      rest->block_size.store(piece->block_size.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      rest->committed.store(c > in_bytes ? c - in_bytes : 0, std::memory_order_relaxed);
+      rest->offset.store(0, std::memory_order_relaxed);
+      push_free(rest, len - in);
+    }
+    const uint64_t mine = c < in_bytes ? c : in_bytes;  // its pages within the taken part
+    piece->committed.store(0, std::memory_order_relaxed);
+    if (whole) {
+      prefix += mine;
+      whole = mine == in_bytes;
+    } else if (mine != 0) {
+      // After a gap: not part of the prefix the block's run keeps.
+      const uintptr_t at = span_base(piece);
+      os::decommit(reinterpret_cast<void*>(at), mine);
+      telemetry_event(FWT_EV_DECOMMIT, end + k, at, mine);
+      count_committed(-int64_t(mine));
+    }
+    piece->offset.store(0, std::memory_order_relaxed);
+    k += in;
+  }
+  // The rest goes back as it was (coalesce would merge it; this call only takes).
+  for (uint32_t h = chain; h != kNoIndex;) {
+    Span* s = span_at(h);
+    h = s->pool_next.load(std::memory_order_relaxed);  // push_free overwrites it
+    const uint32_t i = span_index(s);
+    if (i >= end && i < end + take) continue;
+    s->offset.store(0, std::memory_order_relaxed);
+    push_free(s, s->run_len.load(std::memory_order_relaxed));
+  }
+  *pages = prefix;
+  return take;
+}
+
 // pool_give, and for a large block's run (large) with pages, at most
 // kLastRunMax of them, the calling CPU's last-run slot.
 static void give(Span* head, uint32_t len, bool large) {

@@ -94,6 +94,18 @@ Span* pool_take_span(uint64_t want);
 // Takes a run of n contiguous free virtual spans (n >= 1) for a block that
 // will commit `want` bytes of it; returns the head.
 Span* pool_take_run(uint32_t n, uint64_t want);
+// Takes the free spans that follow a run ending at vspan `end` out of the
+// pool, for a large block that grows over them in place (large.cpp): `most`
+// of them, or as many as lie free from `end` on if fewer, but at least
+// `least`; 0 (taking nothing) when fewer than `least` lie free there or
+// `end` starts a region. A piece that goes on past what is taken is split and
+// its rest given back. *pages: the bytes from end's base on that are
+// committed without a gap; pages after a gap are given back to the OS. The
+// caller holds the spans exclusively, in state FREE, with nothing committed
+// in their descriptors (the pages now count toward the run's head). It
+// gathers the whole pool to find them, as a merge does: worth it when the
+// block's growth would copy or fault in more pages than the pool has spans.
+uint32_t pool_take_after(uint32_t end, uint32_t least, uint32_t most, uint64_t* pages);
 // Gives a free span (run_len 1) or run head (run_len n) back. Its state must
 // already be FREE; the caller must not touch it afterwards.
 void pool_give(Span* head, uint32_t run_len);

@@ -331,6 +331,61 @@ static size_t pages_without_offset(const char* p, size_t bytes) {
   return bad;
 }
 
+TEST_CASE("realloc grows a large block in place over the freed run after it, taking that run's pages from the pool "
+          "(no copy, no fault) and giving back the rest of it") {
+  std::vector<void*> held;
+  constexpr size_t kMiB = size_t(1) << 20;
+  // a at its frontier's top, then b right after it, written (its pages in),
+  // then freed: a's neighbour is a pooled run with pages.
+  char* a = top_block(8 * kMiB, 384, held);
+  std::memset(a, 1, 8 * kMiB);
+  const uint32_t a_len = span_of(a)->run_len.load();
+  char* b = nullptr;
+  for (int i = 0; i < 16 && b == nullptr; i++) {
+    char* c = static_cast<char*>(fw_malloc(96 * kMiB));
+    REQUIRE(c != nullptr);
+    if (span_index(span_of(c)) == span_index(span_of(a)) + a_len) b = c;
+    else held.push_back(c);  // a pooled run served it: hold it, and try again
+  }
+  REQUIRE(b != nullptr);
+  std::memset(b, 5, 96 * kMiB);
+  fw_free(b);
+  REQUIRE(Anchor::unpack(span_at(span_index(span_of(a)) + a_len)->anchor.load()).state == kFree);
+  const uint64_t committed = committed_bytes(), retained = pool_retained_bytes(), pooled = pool_span_count();
+  INFO("the pool holding ", pooled, " spans, ", retained, " bytes with pages");
+
+  char* q = static_cast<char*>(fw_realloc(a, 64 * kMiB));
+  REQUIRE(q != nullptr);
+  CHECK(q == a);
+  const uint32_t len = span_of(q)->run_len.load();
+  CHECK(uint64_t(len) * kVspanSize >= 64 * kMiB);
+  CHECK(fw_usable_size(q) >= 64 * kMiB);
+  for (uint32_t i = a_len; i < len; i++) {
+    CHECK(Anchor::unpack(span_at(span_index(span_of(q)) + i)->anchor.load()).state == kLargeTail);
+    CHECK(span_at(span_index(span_of(q)) + i)->committed.load() == 0);
+  }
+  // b's pages moved from the pool to q's run: committed in all unchanged.
+  CHECK(committed_bytes() == committed);
+  CHECK(retained - pool_retained_bytes() == uint64_t(len - a_len) * kVspanSize);
+  CHECK(pooled - pool_span_count() == len - a_len);  // the rest of b's run is back
+  CHECK(span_of(q)->committed.load() == uint64_t(len) * kVspanSize);
+  const long before = minor_faults();
+  std::memset(q + 8 * kMiB, 2, 56 * kMiB);
+  const long faults = minor_faults() - before;
+  MESSAGE("minor faults writing the 56 MiB it grew by: ", faults);
+  CHECK(faults < 64);  // 14,336 pages: they were b's, still there
+  CHECK(q[0] == 1);
+  CHECK(q[8 * kMiB - 1] == 1);
+  CHECK(q[8 * kMiB] == 2);
+  CHECK(pool_is_valid());
+  CHECK(fw_check_heap() == 0);
+  fw_free(q);
+  for (void* h : held) fw_free(h);
+  CHECK(large_stats().live_spans == 0);
+  CHECK(pool_is_valid());
+  CHECK(arena_is_valid());
+}
+
 TEST_CASE("realloc moves a huge block's pages to its new region instead of copying them, and keeps every byte") {
   // Each page of the block holds its own index: a page moved to the wrong
   // place, or lost, shows. A copy into a fresh region faults in every page of
