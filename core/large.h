@@ -36,7 +36,8 @@ size_t large_usable_size(const void* p, const Span* d);
 // The start of the large or huge object that p points into (nullptr if none).
 void* large_block_start(const void* p, const Span* d);
 // Grows or shrinks p in place when its run has room, or when it is a large
-// block whose run ends at its region's never-used vspans and can grow over
+// block whose run is followed by free vspans it can grow over: pooled ones
+// (pool_take_after), or its region's never-used ones when the run ends at
 // them (the heap's top); true if it did.
 bool large_resize_in_place(void* p, Span* d, size_t size);
 // realloc's move of large or huge block p (descriptor d) to huge block q:
