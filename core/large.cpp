@@ -123,6 +123,28 @@ uint32_t run_class(uint32_t need) {
   return (need + step - 1) & ~(step - 1);
 }
 
+// The run a block of `need` vspans takes: its run class, or the exact length
+// under an address-space cap (arena_capped), where rounding up would spend
+// address space the program may not have.
+static uint32_t run_length(uint32_t need) { return need > 4 && !arena_capped() ? run_class(need) : need; }
+
+// Marks vspans [from, to) of head's run as its tails.
+static void set_tails(Span* head, uint32_t from, uint32_t to) {
+  const uint32_t hi = span_index(head);
+  for (uint32_t i = from; i < to; i++) {
+    Span* t = span_at(hi + i);
+    t->run_len.store(hi, std::memory_order_relaxed);
+    set_state(t, kLargeTail);
+  }
+}
+
+// head's run, len vspans long, now holds n: the new vspans are its tails.
+static void run_grew(Span* head, uint32_t len, uint32_t n) {
+  set_tails(head, len, n);
+  head->run_len.store(n, std::memory_order_relaxed);
+  g_live_spans.fetch_add(n - len, std::memory_order_relaxed);
+}
+
 void* large_alloc(size_t size, size_t align, bool zero, size_t room) {
   if (align < kMinAlign) align = kMinAlign;
   if (size == 0) size = 1;  // a unique block, as for malloc(0)
@@ -132,7 +154,7 @@ void* large_alloc(size_t size, size_t align, bool zero, size_t room) {
   if (!arena_init()) return nullptr;  // this may be the process's first allocation
   if (total > kLargeMax) return huge_alloc(size, align, zero, room);
   uint32_t need = uint32_t((total + kVspanSize - 1) >> kVspanShift);
-  uint32_t n = need > 4 && !arena_capped() ? run_class(need) : need;
+  uint32_t n = run_length(need);
   Span* head = pool_take_run(n, round_up(total, os::page_size()));
   if (head == nullptr && n > need) head = pool_take_run(n = need, round_up(total, os::page_size()));
   if (head == nullptr) return nullptr;
@@ -152,15 +174,10 @@ void* large_alloc(size_t size, size_t align, bool zero, size_t room) {
     pool_give(head, n);
     return nullptr;
   }
-  uint32_t hi = span_index(head);
   head->offset.store(uint32_t(p - base), std::memory_order_relaxed);
   head->large_size.store(bytes - (p - base), std::memory_order_relaxed);
   head->run_len.store(n, std::memory_order_relaxed);
-  for (uint32_t i = 1; i < n; i++) {
-    Span* t = span_at(hi + i);
-    t->run_len.store(hi, std::memory_order_relaxed);
-    set_state(t, kLargeTail);
-  }
+  set_tails(head, 1, n);
   place_guard(head, n, bytes);
   set_state(head, kLarge);
   if (zero) zero_block(reinterpret_cast<void*>(p), kCallocZeroesUsable ? size_t(bytes - (p - base)) : size, base, before);
@@ -248,7 +265,7 @@ static bool extend_run(Span* head, uint64_t total) {
   const uint32_t need = uint32_t((total + kVspanSize - 1) >> kVspanShift);
   if (need <= len) return false;
   const uint32_t hi = span_index(head);
-  uint32_t n = need > 4 && !arena_capped() ? run_class(need) : need;
+  uint32_t n = run_length(need);
   // Only within its frontier's kind of runs (arena.h, Frontiers): a run of
   // the spans' frontier grown past kBigRunVspans would leave, once freed, a
   // big block's run among small spans, which split it. It moves to the big
@@ -260,13 +277,7 @@ static bool extend_run(Span* head, uint64_t total) {
     n = need;
   }
   // Never handed out before, so no other thread reads or writes them.
-  for (uint32_t i = len; i < n; i++) {
-    Span* t = span_at(hi + i);
-    t->run_len.store(hi, std::memory_order_relaxed);
-    set_state(t, kLargeTail);
-  }
-  head->run_len.store(n, std::memory_order_relaxed);
-  g_live_spans.fetch_add(n - len, std::memory_order_relaxed);
+  run_grew(head, len, n);
   return true;
 }
 
@@ -290,21 +301,15 @@ static bool extend_run_over_pool(Span* head, uint64_t total) {
   if (Anchor::unpack(span_at(end)->anchor.load(std::memory_order_relaxed)).state != kFree) return false;
   const uint64_t adds = total - (uint64_t(len) << kVspanShift);
   if (pool_span_count() > adds / os::page_size()) return false;
-  uint32_t want = need > 4 ? run_class(need) : need;
+  uint32_t want = run_length(need);
   if (frontier_of(want) != arena_frontier(hi)) want = need;
   // The run's own pages first, so that the pieces' pages extend a prefix.
   if (!span_commit(head, uint64_t(len) << kVspanShift)) return false;
   uint64_t pages = 0;
   const uint32_t got = pool_take_after(end, need - len, want - len, &pages);
   if (got == 0) return false;
-  for (uint32_t i = len; i < len + got; i++) {
-    Span* t = span_at(hi + i);
-    t->run_len.store(hi, std::memory_order_relaxed);
-    set_state(t, kLargeTail);
-  }
   head->committed.store((uint64_t(len) << kVspanShift) + pages, std::memory_order_relaxed);
-  head->run_len.store(len + got, std::memory_order_relaxed);
-  g_live_spans.fetch_add(got, std::memory_order_relaxed);
+  run_grew(head, len, len + got);
   return true;
 }
 

@@ -186,18 +186,25 @@ Span* take_last(uint32_t n) {
   return nullptr;
 }
 
+// Pushes the spans of a held piece of length m past its first n back, with
+// their share of its pages (a prefix of them, as the pages were of the piece)
+// and its stamp; the piece's own `committed` is the caller's to cut.
+void push_rest(Span* head, uint32_t m, uint32_t n) {
+  Span* rest = span_at(span_index(head) + n);
+  rest->cls.store(uint16_t(kNoClass), std::memory_order_release);  // its pages are a prefix
+  rest->block_size.store(head->block_size.load(std::memory_order_relaxed), std::memory_order_relaxed);  // pool_stamp
+  const uint64_t c = head->committed.load(std::memory_order_relaxed), kept = uint64_t(n) << kVspanShift;
+  rest->committed.store(c > kept ? c - kept : 0, std::memory_order_relaxed);
+  push_free(rest, m - n);
+}
+
 // Keeps the first n spans of a popped run of length m and pushes the rest back.
 Span* split(uint32_t index, uint32_t m, uint32_t n) {
   Span* head = taken(index, m);
   if (m > n) {
-    Span* rest = span_at(index + n);
-    rest->cls.store(uint16_t(kNoClass), std::memory_order_release);  // its pages are a prefix
-    rest->block_size.store(head->block_size.load(std::memory_order_relaxed), std::memory_order_relaxed);  // pool_stamp
-    uint64_t c = head->committed.load(std::memory_order_relaxed);
-    uint64_t kept = uint64_t(n) << kVspanShift;
-    rest->committed.store(c > kept ? c - kept : 0, std::memory_order_relaxed);
+    push_rest(head, m, n);
+    const uint64_t c = head->committed.load(std::memory_order_relaxed), kept = uint64_t(n) << kVspanShift;
     head->committed.store(c > kept ? kept : c, std::memory_order_relaxed);
-    push_free(rest, m - n);
   }
   head->run_len.store(n, std::memory_order_relaxed);
   return head;
@@ -757,16 +764,7 @@ uint32_t pool_take_after(uint32_t end, uint32_t least, uint32_t most, uint64_t* 
     const uint64_t c = piece->committed.load(std::memory_order_relaxed);
     const uint32_t in = len < take - k ? len : take - k;  // of it, taken
     const uint64_t in_bytes = uint64_t(in) << kVspanShift;
-    if (in < len) {
-      // The last piece goes on past what is taken: the rest goes back, with
-      // its share of the pages (a prefix of the rest, as they were of the piece).
-      Span* rest = span_at(end + k + in);
-      rest->cls.store(uint16_t(kNoClass), std::memory_order_release);
-      rest->block_size.store(piece->block_size.load(std::memory_order_relaxed), std::memory_order_relaxed);
-      rest->committed.store(c > in_bytes ? c - in_bytes : 0, std::memory_order_relaxed);
-      rest->offset.store(0, std::memory_order_relaxed);
-      push_free(rest, len - in);
-    }
+    if (in < len) push_rest(piece, len, in);  // the last piece goes on past what is taken
     const uint64_t mine = c < in_bytes ? c : in_bytes;  // its pages within the taken part
     piece->committed.store(0, std::memory_order_relaxed);
     if (whole) {
