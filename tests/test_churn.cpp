@@ -94,15 +94,18 @@ struct WatchdogGuard {
 // docs/design.md, decay); the early window starts after the climb and reaches
 // to the late one, so both see the plateau's highs and only a creep parts
 // them. Each test says what it traced.
+// early_at and late_at: the samples where those highs are.
 struct RssWindows {
   double early, late;
+  size_t early_at, late_at;
 };
 
 RssWindows rss_windows(const std::vector<double>& rss) {
   size_t n = rss.size();
   size_t a = std::min(n - 1, std::max<size_t>(10, n * 25 / 100)), b = std::min(n, std::max(a + 1, n * 80 / 100));
-  return {*std::max_element(rss.begin() + long(a), rss.begin() + long(b)),
-          *std::max_element(rss.end() - long(std::max<size_t>(1, n / 5)), rss.end())};
+  auto e = std::max_element(rss.begin() + long(a), rss.begin() + long(b));
+  auto l = std::max_element(rss.end() - long(std::max<size_t>(1, n / 5)), rss.end());
+  return {*e, *l, size_t(e - rss.begin()), size_t(l - rss.begin())};
 }
 
 // The series, the highest of each `step` samples, to tell a creep from a late
@@ -192,7 +195,8 @@ TEST_CASE("hundreds of rounds of thread recreation, each freeing the previous ro
   // the live bytes below, over the whole run: 100 KiB mapped and touched each
   // round, out of the heap's books, failed the worst RSS/live (3.05) though
   // late/early was 1.038 (it was 1.100 at 400 KiB a round).
-  auto [early, late] = rss_windows(rss_of_round);
+  const RssWindows windows = rss_windows(rss_of_round);
+  const double early = windows.early, late = windows.late;
   double live_end = live_bytes(), rss_end = rss_bytes();
   for (void* p : prev)
     if (p) {
@@ -298,14 +302,17 @@ TEST_CASE("producer-consumer: blocks allocated by producers and freed by consume
       }
     });
   }
-  // Sample RSS and live bytes every 100 ms.
-  std::vector<double> rss, live;
+  // Sample RSS, live bytes and the caches' hot spans every 100 ms.
+  std::vector<double> rss, live, hot;
   double peak_queued = 0;
   uint64_t t0 = now_ns();
   while (double(now_ns() - t0) / 1e9 < seconds) {
     sleep_ns(100000000);
     rss.push_back(rss_bytes());
     live.push_back(live_bytes());
+    fw_stats_t now;
+    fw_stats(&now);
+    hot.push_back(double(now.spans_hot) * double(fw::kVspanSize));
     peak_queued = std::max(peak_queued, double(queued.load(std::memory_order_relaxed)));
   }
   stop = true;
@@ -337,23 +344,35 @@ TEST_CASE("producer-consumer: blocks allocated by producers and freed by consume
   // leak one block in 1,000: 1.094), so the late RSS is also held against the
   // most the queues held by the test's own count, which a lost block does not
   // raise: 1.50-1.57 under load, 2.41 with that leak.
-  auto [early, late] = rss_windows(rss);
+  //
+  // The late high may also exceed the early one by what the caches' hot
+  // spans (a vspan each, as below) grew between the two samples: in per-CPU
+  // mode they double when the second CPU's cache comes into use, which can
+  // first happen late in the run. A CI run under load (Stop 67) went from
+  // 71.2 MiB (seconds 3-16) to 78.5 MiB in its last 3 s, with 81 hot spans
+  // (20.2 MiB) at the end: late/early 1.103. That step is the caches' bounded
+  // term of the blowup bound, not a creep. In per-thread mode the hot spans
+  // (with the kept ones) hardly change on the plateau.
+  auto [early, late, early_at, late_at] = rss_windows(rss);
+  const double hot_grew = std::max(0.0, hot[late_at] - hot[early_at]);
   double peak_live = *std::max_element(live.begin(), live.end());
   double mean_live = 0;
   for (double v : live) mean_live += v;
   mean_live /= double(n);
-  std::printf("producer-consumer: %d producers -> %d consumers, %.1f s: %llu blocks passed (%.0f/s); live bytes mean "
-              "%.1f MiB, peak %.1f MiB; RSS early %.1f MiB, late %.1f MiB, late/early %.3f; RSS late / peak live "
-              "%.2f; RSS late / the queues' peak %.2f (%.1f MiB); errors %llu\n",
-              kPairs, kPairs, elapsed, (unsigned long long)consumed.load(), double(consumed.load()) / elapsed,
-              mean_live / 1048576.0, peak_live / 1048576.0, early / 1048576.0, late / 1048576.0, late / early,
-              late / peak_live, late / peak_queued, peak_queued / 1048576.0, (unsigned long long)errors.load());
+  std::printf(
+      "producer-consumer: %d producers -> %d consumers, %.1f s: %llu blocks passed (%.0f/s); live bytes mean "
+      "%.1f MiB, peak %.1f MiB; RSS early %.1f MiB, late %.1f MiB, late/early %.3f, hot spans grew by %.1f "
+      "MiB between them; RSS late / peak live %.2f; RSS late / the queues' peak %.2f (%.1f MiB); errors %llu\n",
+      kPairs, kPairs, elapsed, (unsigned long long)consumed.load(), double(consumed.load()) / elapsed,
+      mean_live / 1048576.0, peak_live / 1048576.0, early / 1048576.0, late / 1048576.0, late / early,
+      hot_grew / 1048576.0, late / peak_live, late / peak_queued, peak_queued / 1048576.0,
+      (unsigned long long)errors.load());
   std::fflush(stdout);
   CHECK(errors.load() == 0);
   CHECK(consumed.load() > 0);
   CHECK(consumed.load() + drained == produced.load());  // every block passed on was taken, once
-  if (!(late / early < 1.1)) print_rss_trace("second", rss, 10);
-  CHECK(late / early < 1.1);
+  if (!(late < 1.1 * early + hot_grew)) print_rss_trace("second", rss, 10);
+  CHECK(late < 1.1 * early + hot_grew);
   // Less what the caches hold in their hot spans, up to a vspan each (every
   // class's span is one, size_class.h): per-CPU mode has a cache per CPU, and
   // with both of this machine's CPUs' caches in use (about half the runs on
