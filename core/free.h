@@ -176,7 +176,7 @@ FW_INLINE void free_block_impl(void* p, size_t n_size, bool aligned) {
   const auto cls = [d] { return size_t(d->cls.load(std::memory_order_relaxed)); };
   if (FW_LIKELY(equal_relaxed(d->owner, lab))) {
     // A span the LAB owns, hot or kept (lab.h): onto the span's own list,
-    // even its last block in use (an empty kept span stays kept). The span's
+    // even its last block in use (a kept span its owner empties stays kept). The span's
     // own count is the only count: the list's blocks are counted as frees
     // when it is taken (own_take, lab.h).
     if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, kSized ? cls() : 0, n_size, aligned)))

@@ -334,15 +334,44 @@ uint32_t kept_free_count(const Span* k) {
   return uint32_t(own_count(k)) + Anchor::unpack(k->anchor.load(std::memory_order_relaxed)).count;
 }
 
-// Gives kept span i of class c back with its list (it becomes FULL, PARTIAL or
-// FREE by its free count, span_release) and drops it from the array.
-void kept_release(Lab* lab, unsigned c, unsigned i) {
-  Span* k = lab->kept_at(c, i);
-  uint32_t n = uint32_t(own_count(k));  // its list's length (kept)
-  void* list = own_take(lab, k, c);
+// Drops kept entry i of class c from the array (the last entry takes its place).
+void kept_drop(Lab* lab, unsigned c, unsigned i) {
   lab->kept_at(c, i) = lab->kept_at(c, --lab->kept_n[c]);
   lab->kept_bytes -= class_info(c).span_bytes;
   if (lab->kept_n[c] == 0) lab->kept_classes &= ~(uint64_t(1) << c);
+}
+
+// Drops the entries of class c other than `except` that name s: stale ones
+// (kept_live, lab.h), before s is kept again, so that it is never listed twice.
+void kept_forget(Lab* lab, unsigned c, const Span* s, unsigned except) {
+  for (unsigned i = 0; i < lab->kept_n[c];) {
+    if (i != except && lab->kept_at(c, i) == s) {
+      if (except == lab->kept_n[c] - 1u) except = i;  // the entry kept moves into i
+      kept_drop(lab, c, i);
+    } else {
+      i++;
+    }
+  }
+}
+
+// Span s, which stopped being lab's hot span of class c (hot_leave), becomes
+// kept entry i, already counted: its anchor's kept bit is set last, after its
+// own list was reset (span_keep).
+void kept_set(Lab* lab, unsigned c, unsigned i, Span* s) {
+  lab->kept_at(c, i) = s;
+  kept_forget(lab, c, s, i);
+  span_keep(s);
+}
+
+// Gives kept span i of class c back with its list (it becomes FULL, PARTIAL or
+// FREE by its free count, span_release) and drops it from the array; a stale
+// entry (a freer took the span: span_unkeep fails) is only dropped.
+void kept_release(Lab* lab, unsigned c, unsigned i) {
+  Span* k = lab->kept_at(c, i);
+  kept_drop(lab, c, i);
+  if (!span_unkeep(k, lab, c)) return;
+  uint32_t n = uint32_t(own_count(k));  // its list's length (kept)
+  void* list = own_take(lab, k, c);
   span_release_counted(k, list, n);
 }
 
@@ -379,9 +408,11 @@ void release_kept(Lab* lab, unsigned c) {
 
 // Gives back kept spans that have no block in use: at most kKeptLook of them
 // are looked at per call, going on where the last call stopped (kept_next,
-// kept_pos), the classes with kept spans in turn. A span emptied by its owner
-// stays kept for the thread's next blocks of its class, which then come off
-// its own list with no carving; each time the thread goes to the shared stacks
+// kept_pos), the classes with kept spans in turn, and drops stale entries
+// (kept_live). A span emptied by its owner stays kept for the thread's next
+// blocks of its class, which then come off its own list with no carving (one
+// emptied by other threads' frees went to the pool as they emptied it,
+// span_keep); each time the thread goes to the shared stacks
 // for a span (lab_refill), the next kept spans in turn are looked at, so every
 // empty one goes where any thread can use them within (kept spans /
 // kKeptLook + classes) acquisitions. (Visiting every class at each
@@ -402,8 +433,8 @@ void release_empty_kept(Lab* lab) {
   // kept_release moves the last entry into i: i is looked at again.
   for (unsigned looked = 0; looked < kKeptLook && i < lab->kept_n[d]; looked++) {
     Span* k = lab->kept_at(d, i);
-    if (kept_free_count(k) >= k->carved.load(std::memory_order_relaxed))
-      kept_release(lab, d, i);
+    if (!kept_live(lab, d, k) || kept_free_count(k) >= k->carved.load(std::memory_order_relaxed))
+      kept_release(lab, d, i);  // empty, or stale: dropped
     else
       i++;
   }
@@ -426,23 +457,33 @@ void release_empty_kept(Lab* lab) {
 // takes a span from the shared stacks while a kept span it did not read may
 // have some, which its next switches reach (kept spans count in full in the
 // bound).
+//
+// The span it takes is claimed first (span_unkeep): an entry whose span a
+// freer took is dropped, and the look goes on.
 bool kept_switch(Lab* lab, unsigned c) {
-  const unsigned n = lab->kept_n[c];
-  const unsigned reads = n < kKeptLook ? n : kKeptLook;
-  unsigned i = lab->kept_look[c] < n ? unsigned(lab->kept_look[c]) : 0u;
-  unsigned found = n;
-  for (unsigned r = 0; r < reads && found == n; r++) {
-    if (kept_free_count(lab->kept_at(c, i)) != 0) found = i;
-    i = i + 1 == n ? 0 : i + 1;
+  for (;;) {
+    const unsigned n = lab->kept_n[c];
+    const unsigned reads = n < kKeptLook ? n : kKeptLook;
+    unsigned i = lab->kept_look[c] < n ? unsigned(lab->kept_look[c]) : 0u;
+    unsigned found = n;
+    for (unsigned r = 0; r < reads && found == n; r++) {
+      if (kept_free_count(lab->kept_at(c, i)) != 0) found = i;
+      i = i + 1 == n ? 0 : i + 1;
+    }
+    lab->kept_look[c] = uint16_t(i);
+    if (found == n) return false;
+    Span* s = lab->kept_at(c, found);
+    if (!span_unkeep(s, lab, c)) {
+      kept_drop(lab, c, found);  // stale
+      continue;
+    }
+    Span* old = lab->hot[c];
+    hot_leave(lab, c, old);
+    kept_set(lab, c, found, old);              // exhausted: free[c] is empty (lab_refill)
+    lab->lists[c].head = own_take(lab, s, c);  // empty if its free blocks are remote: collected next
+    hot_enter(lab, c, s);
+    return true;
   }
-  lab->kept_look[c] = uint16_t(i);
-  if (found == n) return false;
-  Span* s = lab->kept_at(c, found);
-  hot_leave(lab, c, lab->hot[c]);
-  lab->kept_at(c, found) = lab->hot[c];  // exhausted: free[c] is empty (lab_refill)
-  lab->lists[c].head = own_take(lab, s, c);  // empty if its free blocks are remote: collected next
-  hot_enter(lab, c, s);
-  return true;
 }
 
 // Before lab takes a new span for class c: its pending frees of class c go to
@@ -563,7 +604,8 @@ uint64_t lab_frees_of(const Lab* lab, unsigned c) {
   if (const Span* h = lab->hot[c]) n += own_count(h);
   const unsigned kept = lab->kept_n[c];
   for (unsigned i = 0; i < kept && i < kKeptSpans; i++) {
-    if (const Span* k = lab->kept_at(c, i)) n += own_count(k);
+    const Span* k = lab->kept_at(c, i);
+    if (k != nullptr && kept_live(lab, c, k)) n += own_count(k);  // a taken span's: counted by its freer
   }
   return n;
 }
@@ -721,9 +763,10 @@ void* lab_refill(Lab* lab, unsigned c) {
         if (kept_switch(lab, c)) continue;
         if (kept_has_room(lab, c)) {
           hot_leave(lab, c, s);
-          lab->kept_at(c, lab->kept_n[c]++) = s;
+          const unsigned i = lab->kept_n[c]++;
           lab->kept_bytes += class_info(c).span_bytes;
           lab->kept_classes |= uint64_t(1) << c;
+          kept_set(lab, c, i, s);
           lab->hot[c] = nullptr;
         }
       }
@@ -754,7 +797,7 @@ void* lab_refill(Lab* lab, unsigned c) {
 
 void lab_free_block(Lab* lab, void* p, Span* d) {
   if (d->owner.load(std::memory_order_relaxed) == lab) {
-    own_push(d, p);  // an emptied kept span stays kept (release_empty_kept); counted by own_take or hot_leave
+    own_push(d, p);  // a kept span its owner empties stays kept (release_empty_kept); counted by own_take or hot_leave
   } else {
     lab_defer_free(lab, d, p);  // batched: one CAS per run of frees into one span; counted by chain_flush
   }
@@ -860,7 +903,8 @@ bool lab_is_valid(const Lab* lab) {
       continue;
     }
     Anchor a = Anchor::unpack(s->anchor.load(std::memory_order_acquire));
-    if (a.state != kHot) ok = report_invariant("lab: hot span not in state HOT", span_index(s));
+    if (a.state != kHot || a.kept)
+      ok = report_invariant("lab: hot span not in state HOT, or marked kept", span_index(s));
     if (s->owner.load(std::memory_order_relaxed) != lab) ok = report_invariant("lab: hot span owned by another", c);
     if (s->cls.load(std::memory_order_relaxed) != c) ok = report_invariant("lab: hot span of another class", c);
     if (s->own_at.load(std::memory_order_relaxed) != own_hot_at(lab, c))
@@ -893,11 +937,13 @@ bool lab_is_valid(const Lab* lab) {
     kept_bytes += uint64_t(kept) * class_info(c).span_bytes;
     for (unsigned i = 0; i < kept; i++) {
       const Span* s = lab->kept_at(c, i);
-      Anchor a = Anchor::unpack(s->anchor.load(std::memory_order_acquire));
-      if (a.state != kHot || s->owner.load(std::memory_order_relaxed) != lab ||
-          s->cls.load(std::memory_order_relaxed) != c || s == lab->hot[c] ||
-          s->own_at.load(std::memory_order_relaxed) != own_list_at(s))
-        ok = report_invariant("lab: kept span not HOT, not ours, of another class, or the hot one", span_index(s));
+      if (s == nullptr) {
+        ok = report_invariant("lab: an empty kept entry", c);
+        continue;
+      }
+      if (!kept_live(lab, c, s)) continue;  // stale: a freer took its span (span_keep)
+      if (s == lab->hot[c] || s->own_at.load(std::memory_order_relaxed) != own_list_at(s))
+        ok = report_invariant("lab: kept span is the hot one, or its frees go elsewhere", span_index(s));
       for (unsigned j = 0; j < i; j++)
         if (lab->kept_at(c, j) == s) ok = report_invariant("lab: span kept twice", span_index(s));
       if (!own_list_is_valid(s)) ok = false;

@@ -58,9 +58,12 @@
 //   its span (chain_flush), so the LAB's frees of class c are lists[c].frees
 //   plus the own counts of its spans of class c (lab_frees_of) plus the
 //   blocks of its chains of class c (lab_add_pending_frees).
-//   kept_at(c, 0..kept_n[c]) are distinct HOT spans of class c with owner ==
-//   this LAB, none of them hot[c]; kept_bytes is the sum of their span_bytes
-//   over all classes, at most kKeptBytes; only per-thread LABs outside secure
+//   kept_at(c, 0..kept_n[c]) are spans; those still kept (kept_live: HOT
+//   with the kept bit, owner == this LAB, class c) are distinct and none of
+//   them hot[c]; the others are stale entries of spans another thread's free
+//   took (span.h, span_keep), which may name any span but none of the live
+//   ones of class c; hot[c] has the kept bit clear; kept_bytes is the sum of
+//   the entries' span_bytes over all classes, at most kKeptBytes; only per-thread LABs outside secure
 //   mode keep spans (keeps_spans), every other LAB has kept_n[c] == 0; bit c
 //   of kept_classes is set iff kept_n[c] > 0; kept_next <= kClassCount;
 //   kept_look[c] < kKeptSpans.
@@ -131,12 +134,16 @@ constexpr uint64_t kParkedCheckEvery = 64;          // span-pool acquisitions be
 // whose heap lies in a few classes keeps it owned, where 1 MiB per class
 // (until Stop 45) floated most of a 10 MB heap of 8-1000 B blocks
 // (larson-bigheap; docs/benchmarks.md) while allowing 48 MiB over all
-// classes. A kept span whose last block in use is freed (by its thread or by
-// others) stays kept, all its blocks on its lists: the thread's next blocks of
-// the class come off them with no carving (threadtest frees every block each
-// round). Kept spans with no block in use go back to the span-pool as the
-// thread takes spans from the shared stacks (lab_refill), a few at each, the
-// classes in turn (release_empty_kept), and at its exit or fw_collect. Bound:
+// classes. A kept span whose last block in use its own thread frees stays
+// kept, all its blocks on its lists: the thread's next blocks of the class
+// come off them with no carving (threadtest frees every block each round).
+// Kept spans with no block in use go back to the span-pool as the thread
+// takes spans from the shared stacks (lab_refill), a few at each, the classes
+// in turn (release_empty_kept), and at its exit or fw_collect. One whose last
+// block in use another thread frees goes back at once, taken by that free
+// (span.h, span_keep): its owner may allocate nothing more (a thread that
+// handed its blocks to others and waits, a parked LAB), and would keep it
+// otherwise; the owner's entry goes stale and is dropped (kept_live). Bound:
 // a LAB keeps at most kKeptBytes besides its hot spans, which adds kKeptBytes
 // to the blowup bound's per-cache term (docs/design.md).
 constexpr uint32_t kKeptBytes = 16u * 1024 * 1024;
@@ -373,6 +380,21 @@ FW_INLINE bool kept_has_room(const Lab* lab, unsigned c) {
   return lab->kept_n[c] < kKeptSpans && lab->kept_bytes + class_info(c).span_bytes <= kKeptBytes;
 }
 
+// Whether kept entry s of class c is still lab's kept span. Another thread's
+// free that empties a kept span takes it to the pool (span.h, span_keep), and
+// the entry stays until the holder drops it: at its next look at the entry,
+// when it claims the span (span_unkeep fails), or when the span comes back to
+// it as a hot span that it keeps again (kept_forget, lab.cpp). Until then the
+// entry counts in kept_n and kept_bytes, and its span's own count is not the
+// LAB's frees (lab_frees_of): the freer counted them. The span may be anything
+// by then, even another LAB's kept span of another class; the figures read
+// here are racy hints only for the holder's slow paths, which claim first.
+FW_INLINE bool kept_live(const Lab* lab, unsigned c, const Span* s) {
+  const Anchor a = Anchor::unpack(s->anchor.load(std::memory_order_acquire));
+  return a.state == kHot && a.kept && s->owner.load(std::memory_order_relaxed) == lab &&
+         s->cls.load(std::memory_order_relaxed) == c;
+}
+
 extern FW_HIDDEN Lab g_lab_empty;  // a thread that has not called freeway yet
 extern FW_HIDDEN Lab g_lab_busy;   // the thread is inside malloc/free
 extern FW_HIDDEN Lab g_lab_dead;   // the thread's LAB was released at thread exit
@@ -500,7 +522,7 @@ static_assert(sizeof(void*) == sizeof(uintptr_t) && sizeof(std::atomic<uint64_t>
 // missed on (prog-python's collector).
 FW_INLINE void own_prepend(Span* s, uintptr_t at, void* p) {  // p already linked to at's head
   word_store_relaxed(at, p);
-  single_writer_add_one(s->own_frees);
+  single_writer_add_one_after(s->own_frees, p);  // after p's link and canary (span.h, own_frees)
 }
 FW_INLINE void own_push(Span* s, void* p) {
   const uintptr_t at = s->own_at.load(std::memory_order_relaxed);

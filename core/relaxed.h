@@ -49,6 +49,21 @@ FW_INLINE void single_writer_add_one(std::atomic<T>& counter) {
 #endif
 }
 
+// single_writer_add_one ordered after the caller's stores to the 16 bytes at
+// p (a freed block's link and canary): another thread that reads the count
+// with acquire and finds the add sees them, and no store to p comes after
+// (a kept span's own count, span.h: its freer may take the span and give it
+// to the pool). On x86-64 stores stay in program order, so the asm only has
+// to follow them: it names those bytes as an input. Elsewhere a release store.
+template <typename T>
+FW_INLINE void single_writer_add_one_after(std::atomic<T>& counter, const void* p) {
+  static_assert(sizeof(std::atomic<T>) == sizeof(T) && sizeof(T) == 8, "plain 64-bit counter");
+#if FW_FOLD_RELAXED
+  asm volatile("addq $1, %0" : "+m"(counter) : "m"(*static_cast<const char(*)[16]>(p)));
+#else
+  counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+#endif
+}
 // Subtracts one from a 16-bit counter that only one thread writes (a pending
 // chain's room, lab.h) and others read with relaxed loads; true when it is 0
 // after: `subw $1, mem` and the zero flag.

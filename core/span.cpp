@@ -10,6 +10,7 @@
 #include "core/secure_heap.h"
 #include "core/size_class.h"
 #include "core/span_pool.h"
+#include "core/stats.h"
 #include "platform/os.h"
 
 namespace fw {
@@ -262,7 +263,7 @@ void* span_collect(Span* s) {
   for (;;) {
     Anchor a = Anchor::unpack(w);
     if (a.count == 0) return nullptr;
-    if (anchor_cas(s, w, Anchor{0, 0, kHot, a.linked, a.tag})) return block_at(span_blocks(s), a.head);
+    if (anchor_cas(s, w, Anchor{0, 0, kHot, a.linked, a.tag, a.kept})) return block_at(span_blocks(s), a.head);
   }
 }
 
@@ -352,6 +353,36 @@ bool span_float(Span* s, Lab* lab) {
   return false;
 }
 
+void span_keep(Span* s) {
+  uint64_t w = s->anchor.load(std::memory_order_acquire);
+  for (;;) {
+    Anchor a = Anchor::unpack(w);
+    a.kept = true;
+    a.tag++;
+    // Release: a freer that reads the bit with acquire sees the own list
+    // reset for its kept life (hot_leave) and the class and carved count.
+    if (anchor_cas(s, w, a)) return;
+  }
+}
+
+bool span_unkeep(Span* s, const Lab* lab, unsigned cls) {
+  uint64_t w = s->anchor.load(std::memory_order_acquire);
+  for (;;) {
+    Anchor a = Anchor::unpack(w);
+    // Another LAB's kept span (this one's was taken, pooled and kept there),
+    // or this LAB's own kept span of another class (taken, pooled and come
+    // back), has the bit too: the owner and class are read after the anchor,
+    // whose acquire makes those of that kept life visible, and the CAS fails
+    // if the span changed hands since.
+    if (a.state != kHot || !a.kept || s->owner.load(std::memory_order_relaxed) != lab ||
+        s->cls.load(std::memory_order_relaxed) != cls)
+      return false;
+    a.kept = false;
+    a.tag++;
+    if (anchor_cas(s, w, a)) return true;
+  }
+}
+
 namespace {
 
 // span_release with `local` holding m blocks; tail is its last block, or
@@ -422,24 +453,44 @@ void span_free_list(Span* s, void* head, void* tail, uint32_t n) {
   const unsigned cls = s->cls.load(std::memory_order_relaxed);
   uint64_t w = s->anchor.load(std::memory_order_acquire);
   After after;
+  uint32_t own = 0;       // a taken kept span's own list: its owner's frees
+  int64_t hot_bytes = 0;  // and what it counted for as HOT, read while it was
   for (;;) {
     Anchor a = Anchor::unpack(w);
     if (a.state != kHot && a.state != kFull && a.state != kPartial)
       report_misuse("double free (or free of a block not in use):", head);
     block_link(tail, block_at(base, a.head));
-    Anchor next{index, a.count + n, a.state, a.linked, a.tag};
+    Anchor next{index, a.count + n, a.state, a.linked, a.tag, a.kept};
     after = After::kNothing;
     if (a.state != kHot) {
       if (a.count + n > s->carved.load(std::memory_order_relaxed)) report_misuse("double free of", head);
       after = settle(s, a, a.count + n, next);
+    } else if (a.kept) {
+      // A kept span this free empties: taken to the pool (span_keep). The
+      // own count read after the anchor's acquire is of this kept life, and
+      // at most the list's length, so the sum reaches carved only when every
+      // block is free.
+      own = uint32_t(own_count_acquire(s));
+      hot_bytes = hot_bytes_of(s);
+      if (own + a.count + n == s->carved.load(std::memory_order_relaxed)) {
+        next = Anchor{0, 0, kFree, a.linked, a.tag + 1};
+        after = After::kPool;
+      }
     }
     if (anchor_cas(s, w, next)) break;
+  }
+  if (after == After::kPool && Anchor::unpack(w).state == kHot) {
+    // The owner's frees onto the own list are counted here, its entry no
+    // longer counting them (lab_frees_of); and the span leaves HOT.
+    stats_count_unbound_frees(cls, own);
+    count_hot(-hot_bytes);
   }
   follow_up(s, after, cls);
 }
 
 bool span_is_valid(const Span* s) {
   Anchor a = Anchor::unpack(s->anchor.load(std::memory_order_acquire));
+  if (a.kept && a.state != kHot) return report_invariant("span: kept but not HOT", span_index(s));
   if (a.state != kFull && a.state != kPartial && a.state != kHot) return true;
   bool ok = true;
   uint32_t i = span_index(s);

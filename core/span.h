@@ -14,7 +14,10 @@
 //   bits 17..33  count   blocks on the remote free list
 //   bits 34..36  state   see SpanState
 //   bit  37      linked  the span's reuse_next link is in use in some reusable stack
-//   bits 38..63  tag     incremented on every state change (ABA protection)
+//   bit  38      kept    HOT, and kept by its owner (lab.h): not its hot span, and
+//                        not being worked on by its owner's slow path
+//   bits 39..63  tag     incremented on every state change and every change of
+//                        kept (ABA protection)
 //
 // Life cycle of a small span (scalloc §3.4 = Michael §3.2.2):
 //   FREE -> HOT      popped from the span-pool (or fresh) by a thread cache (LAB)
@@ -30,6 +33,10 @@
 //                    the span to the span-pool at once (a PARTIAL span then stays
 //                    linked in its reusable stack until popped: lazy removal)
 //   HOT -> FULL/PARTIAL/FREE  a thread exits: its LAB releases every hot span
+//   HOT, kept -> FREE  another thread's free of the last block in use of a span
+//                    its owner keeps, counting the owner's own list (span_keep
+//                    below): the freer gives it to the pool, the owner is left
+//                    with a stale entry, which it drops (lab.cpp, kept_live)
 //
 // Who writes which field (all fields are atomics so that racing reads are
 // defined; the orders are named at every use):
@@ -54,10 +61,14 @@
 //   large_size  a large or huge head's usable bytes; while a small span is
 //               HOT, the head of its owner-side free list (own_head).
 //   own_frees   the owning LAB while HOT (own_count); stale in other states.
+//               Its add is ordered after the pushed block's link and canary
+//               (own_prepend, lab.h), so that a freer that takes a kept span
+//               counting it finds no write of the owner's still to come.
 // Equations (span_is_valid):
 //   state in {FULL, PARTIAL}: count <= carved <= capacity, list has count blocks
 //   state FULL:    count + (capacity - carved) <  reuse threshold
 //   state PARTIAL: count < carved (else it would be FREE)
+//   kept:          state HOT
 //   colour + capacity * block_size <= committed <= kVspanSize,
 //   offset == low 32 bits of base + colour, the colour 0 or span_colour,
 //   block_mul == block_mul_of(cls) (small spans: free's fast path checks a
@@ -91,18 +102,21 @@ struct Anchor {
   uint32_t state;
   bool linked;
   uint32_t tag;
+  bool kept = false;  // only with state kHot (span_keep)
 
-  static constexpr unsigned kCountShift = 17, kStateShift = 34, kLinkedShift = 37, kTagShift = 38;
+  static constexpr unsigned kCountShift = 17, kStateShift = 34, kLinkedShift = 37, kKeptShift = 38, kTagShift = 39;
   static constexpr uint64_t kField17 = (uint64_t(1) << 17) - 1;
+  static constexpr uint32_t kTagMask = (uint32_t(1) << (64 - kTagShift)) - 1;
 
   static Anchor unpack(uint64_t w) {
-    return Anchor{uint32_t(w & kField17), uint32_t((w >> kCountShift) & kField17),
+    return Anchor{uint32_t(w & kField17),           uint32_t((w >> kCountShift) & kField17),
                   uint32_t((w >> kStateShift) & 7), bool((w >> kLinkedShift) & 1),
-                  uint32_t(w >> kTagShift)};
+                  uint32_t(w >> kTagShift),         bool((w >> kKeptShift) & 1)};
   }
   uint64_t pack() const {
     return uint64_t(head) | (uint64_t(count) << kCountShift) | (uint64_t(state) << kStateShift) |
-           (uint64_t(linked) << kLinkedShift) | (uint64_t(tag & ((1u << 26) - 1)) << kTagShift);
+           (uint64_t(linked) << kLinkedShift) | (uint64_t(kept) << kKeptShift) |
+           (uint64_t(tag & kTagMask) << kTagShift);
   }
 };
 
@@ -186,6 +200,9 @@ FW_INLINE void* own_head(const Span* s) {
   return reinterpret_cast<void*>(uintptr_t(s->large_size.load(std::memory_order_relaxed)));
 }
 FW_INLINE uint64_t own_count(const Span* s) { return s->own_frees.load(std::memory_order_relaxed); }
+// Another thread's read of a kept span's own count (span_free_list): acquire,
+// with the owner's add ordered after the pushed block's stores (own_prepend).
+FW_INLINE uint64_t own_count_acquire(const Span* s) { return s->own_frees.load(std::memory_order_acquire); }
 FW_INLINE void own_set(Span* s, void* head, uint64_t count) {
   s->large_size.store(reinterpret_cast<uintptr_t>(head), std::memory_order_relaxed);
   s->own_frees.store(count, std::memory_order_relaxed);
@@ -246,6 +263,22 @@ FW_INLINE bool span_has_uncarved(const Span* s) {
 // Owner: HOT -> FULL for a span with no free block left. False when remote
 // frees arrived meanwhile (collect them instead).
 bool span_float(Span* s, Lab* lab);
+
+// Kept spans (lab.h). Owner: marks its HOT span s kept (the anchor's kept bit),
+// once s is no longer its hot span and its own list is where its frees go.
+// From then on, a remote free that finds every carved block free (on the
+// remote list, the freed chain and the own list, own_count) takes s to the
+// pool itself (span_free_list): its owner may be a thread that allocates
+// nothing more, or a parked LAB, and would keep an empty span for good. No
+// fence is needed with the owner's pushes: a push is of a block in use, so
+// while every block is free none is under way, and any later one would be a
+// double free.
+void span_keep(Span* s);
+// Owner: claims kept span s of class cls back before working on its lists
+// (switching it hot, releasing it, flushing), clearing the bit. False if s is
+// no longer lab's kept span of that class (a freer took it: the entry is
+// stale, drop it).
+bool span_unkeep(Span* s, const Lab* lab, unsigned cls);
 
 // Owner: gives the span up with `local` (its owner-side free list): it becomes
 // FULL, PARTIAL or FREE by its free count (thread exit, cache flush).

@@ -39,6 +39,9 @@ namespace fw {
   X(threads_created, "thread caches ever bound to a thread")
 
 void stats_count_unbound_free(unsigned cls);
+// n frees of class cls at once: the own list of a kept span another thread's
+// free took to the pool (span.h, span_keep), which its owner no longer counts.
+void stats_count_unbound_frees(unsigned cls, uint64_t n);
 void stats_sample_peak();
 // Whether the large live bytes are above what the last sample saw (a sample
 // walks every LAB, so large blocks ask for one only when they rise: alloc.cpp).

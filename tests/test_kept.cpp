@@ -12,6 +12,7 @@
 #include "core/free.h"
 #include "core/lab.h"
 #include "freeway.h"
+#include "test_util.h"
 
 using namespace fw;
 
@@ -395,33 +396,118 @@ TEST_CASE("fw_collect gives kept spans back, and a parked LAB's too") {
   CHECK(fw_check_heap() == 0);
 }
 
-TEST_CASE("other threads' frees into a kept span reach it remotely, and a kept span they empty goes back") {
+TEST_CASE(
+    "other threads' frees into a kept span reach it remotely, and the free that empties one, counting its "
+    "own list, takes it to the pool: its entry goes stale and is dropped") {
   std::thread([] {
+    const unsigned c = class_of(kSize);
     std::vector<Span*> spans;
     std::vector<void*> v = fill_spans(4, &spans);
     std::vector<void*> first = blocks_of(v, spans[0]), second = blocks_of(v, spans[1]);
-    // Another thread frees all of span 1 and half of span 2 (its exit gives
-    // its pending chains to the spans).
+    const size_t half = first.size() / 2;
+    // The owner frees half of span 1 onto its own list; another thread frees
+    // the rest of it and half of span 2 (its exit gives its pending chains to
+    // the spans). The last chain into span 1 finds every block free.
+    for (size_t i = 0; i < half; i++) fw_free(first[i]);
+    CHECK(local_of(spans[0]) == half);
+    const fw_stats_t before = [] {
+      fw_stats_t st;
+      fw_stats(&st);
+      return st;
+    }();
     std::thread([&] {
-      for (void* p : first) fw_free(p);
+      for (size_t i = half; i < first.size(); i++) fw_free(first[i]);
       for (size_t i = 0; i < second.size() / 2; i++) fw_free(second[i]);
     }).join();
-    CHECK(Anchor::unpack(spans[0]->anchor.load()).count == first.size());
-    CHECK(state_of(spans[0]) == kHot);  // still kept: the owner finds out at its next refill
+    CHECK(state_of(spans[0]) == kFree);  // taken to the pool by the freer
+    CHECK(spans[0]->owner.load() == nullptr);
+    CHECK(is_kept(spans[0], c));  // the owner's entry, stale until it next looks
+    CHECK(!kept_live(lab_current(), c, spans[0]));
+    CHECK(kept_live(lab_current(), c, spans[1]));
+    CHECK(Anchor::unpack(spans[1]->anchor.load()).count == second.size() / 2);
+    CHECK(lab_is_valid(lab_current()));
+    fw_stats_t after;
+    fw_stats(&after);
+    // The span left the caches, and every free into it is counted (the own
+    // list's by the freer): the block equation holds.
+    CHECK(after.spans_hot == before.spans_hot - 1);
+    CHECK(after.classes[c].frees - before.classes[c].frees == first.size() - half + second.size() / 2);
     CHECK(fw_check_heap() == 0);
-    // The hot span runs out: span 2 (half free) or span 1 (all free) becomes
-    // hot; span 1 goes back to the pool unless it is the one chosen.
-    Span* hot = lab_current()->hot[class_of(kSize)];
+    // The hot span runs out: the switch passes over the stale entry (its
+    // claim fails, and it is dropped) and takes span 2, whose free blocks are
+    // on its remote list.
+    Span* hot = lab_current()->hot[c];
     std::vector<void*> more;
-    while (lab_current()->hot[class_of(kSize)] == hot) more.push_back(fw_malloc(kSize));
-    CHECK(lab_current()->hot[class_of(kSize)] == spans[0]);  // the most free blocks
+    while (lab_current()->hot[c] == hot) more.push_back(fw_malloc(kSize));
+    CHECK(lab_current()->hot[c] == spans[1]);
+    CHECK(!is_kept(spans[0], c));
     more.push_back(fw_malloc(kSize));
-    CHECK(span_of(more.back()) == spans[0]);  // collected from its remote list
+    CHECK(span_of(more.back()) == spans[1]);  // collected from its remote list
+    CHECK(lab_is_valid(lab_current()));
     CHECK(fw_check_heap() == 0);
     for (void* p : more) fw_free(p);
     for (size_t i = second.size() / 2; i < second.size(); i++) fw_free(second[i]);
     for (void* p : v)
       if (span_of(p) != spans[0] && span_of(p) != spans[1]) fw_free(p);
+    CHECK(fw_check_heap() == 0);
+  }).join();
+}
+
+TEST_CASE(
+    "a taken kept span that comes back to its LAB and is kept in another class is not claimed through the "
+    "stale entry of its first class") {
+  std::thread([] {
+    REQUIRE(fwtest::pin_to_first_cpu() >= 0);  // with the freer below: one CPU's pool stack
+    const unsigned a = class_of(kSize), b = class_of(4 * kSize);
+    std::vector<Span*> spans;
+    std::vector<void*> v = fill_spans(3, &spans);
+    Lab* lab = lab_current();  // bound by the first malloc
+    Span* x = spans[0];
+    std::vector<void*> first = blocks_of(v, x);
+    std::thread([&] {
+      REQUIRE(fwtest::pin_to_first_cpu() >= 0);
+      for (void* p : first) fw_free(p);
+    }).join();
+    REQUIRE(state_of(x) == kFree);  // taken; the entry in class a is stale
+    // Blocks of class b until x is this LAB's hot span of b, then until it
+    // runs out and is kept there.
+    std::vector<void*> other;
+    for (uint32_t i = 0; i < 64 * class_info(b).capacity && lab->hot[b] != x; i++)
+      other.push_back(fw_malloc(4 * kSize));
+    if (lab->hot[b] != x) {
+      MESSAGE("the span did not come back to this LAB from the pool: nothing to check");
+    } else {
+      while (lab->hot[b] == x) other.push_back(fw_malloc(4 * kSize));
+      REQUIRE(kept_live(lab, b, x));
+      // The stale entry in class a: the LAB's acquisitions for b may have
+      // looked at it and dropped it already (release_empty_kept); if so it is
+      // put back, as it stands when a LAB's first look at it comes later.
+      if (!is_kept(x, a)) {
+        REQUIRE(kept_has_room(lab, a));
+        lab->kept_at(a, lab->kept_n[a]++) = x;
+        lab->kept_bytes += class_info(a).span_bytes;
+        lab->kept_classes |= uint64_t(1) << a;
+      }
+      CHECK(!kept_live(lab, a, x));
+      CHECK(!span_unkeep(x, lab, a));  // a claim through it fails: x is b's
+      CHECK(kept_live(lab, b, x));
+      CHECK(lab_is_valid(lab));
+      CHECK(fw_check_heap() == 0);
+      // Class a's hot span runs out and the switch looks at its entries,
+      // and more spans of a are taken, which looks at them again: x stays
+      // class b's kept span, and every block of class a is of a span of a.
+      std::vector<void*> more;
+      for (uint32_t i = 0; i < 3 * class_info(a).capacity; i++) more.push_back(fw_malloc(kSize));
+      for (void* p : more) CHECK(span_of(p)->cls.load() == a);
+      CHECK(!is_kept(x, a));
+      CHECK(kept_live(lab, b, x));
+      CHECK(lab_is_valid(lab));
+      CHECK(fw_check_heap() == 0);
+      for (void* p : more) fw_free(p);
+    }
+    for (void* p : other) fw_free(p);
+    for (void* p : v)
+      if (span_of(p) != x) fw_free(p);
     CHECK(fw_check_heap() == 0);
   }).join();
 }

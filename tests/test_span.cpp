@@ -115,21 +115,24 @@ TEST_CASE("span_carve_take hands out every block of a span once, each counted as
 }
 
 TEST_CASE("anchor packs and unpacks every field") {
-  Anchor a{65536, 65536, kPartial, true, (1u << 26) - 1};
+  Anchor a{65536, 65536, kPartial, true, Anchor::kTagMask, true};
   Anchor b = Anchor::unpack(a.pack());
   CHECK(b.head == a.head);
   CHECK(b.count == a.count);
   CHECK(b.state == a.state);
   CHECK(b.linked == a.linked);
   CHECK(b.tag == a.tag);
+  CHECK(b.kept == a.kept);
   Anchor z = Anchor::unpack(Anchor{0, 0, kFree, false, 0}.pack());
   CHECK(z.head == 0);
   CHECK(z.linked == false);
-  // The tag wraps within its 26 bits without touching the other fields.
-  Anchor w = Anchor::unpack(Anchor{5, 7, kHot, false, 1u << 26}.pack());
+  CHECK(z.kept == false);
+  // The tag wraps within its 25 bits without touching the other fields.
+  Anchor w = Anchor::unpack(Anchor{5, 7, kHot, false, Anchor::kTagMask + 1}.pack());
   CHECK(w.tag == 0);
   CHECK(w.head == 5);
   CHECK(w.state == kHot);
+  CHECK(w.kept == false);
 }
 
 TEST_CASE("a span taken from the pool becomes HOT for its owner and carves every block once") {
