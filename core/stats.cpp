@@ -63,10 +63,10 @@ void note_peak(uint64_t live) {
 
 }  // namespace
 
-void stats_count_unbound_free(unsigned cls) { g_unbound_frees[cls].fetch_add(1, std::memory_order_relaxed); }
 void stats_count_unbound_frees(unsigned cls, uint64_t n) {
   g_unbound_frees[cls].fetch_add(n, std::memory_order_relaxed);
 }
+void stats_count_unbound_free(unsigned cls) { stats_count_unbound_frees(cls, 1); }
 
 bool stats_large_rose() {
   return large_live_bytes() > g_large_at_sample.load(std::memory_order_relaxed);
