@@ -41,10 +41,7 @@ int check_heap() {
       in_use[c] -= n;  // owner-side free blocks (wraps back when the spans are added)
       // The own lists of its kept spans (its hot span's frees are on free[c],
       // its own count counting them as frees: span.h).
-      for (unsigned i = 0; i < lab->kept_n[c] && i < kKeptSpans; i++) {
-        const Span* k = lab->kept_at(c, i);
-        if (kept_live(lab, c, k)) in_use[c] -= own_count(k);  // a taken span is FREE: not counted below
-      }
+      in_use[c] -= lab_kept_own_frees(lab, c);  // a taken span is FREE: not counted below
     }
   }
   Span* table = g_spans.load(std::memory_order_acquire);

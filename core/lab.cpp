@@ -602,6 +602,11 @@ uint64_t lab_frees_of(const Lab* lab, unsigned c) {
   uint64_t n = lab->lists[c].frees.load(std::memory_order_relaxed);
   // The frees its spans' own counts hold (own_take and hot_leave add them).
   if (const Span* h = lab->hot[c]) n += own_count(h);
+  return n + lab_kept_own_frees(lab, c);
+}
+
+uint64_t lab_kept_own_frees(const Lab* lab, unsigned c) {
+  uint64_t n = 0;
   const unsigned kept = lab->kept_n[c];
   for (unsigned i = 0; i < kept && i < kKeptSpans; i++) {
     const Span* k = lab->kept_at(c, i);

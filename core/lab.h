@@ -390,10 +390,12 @@ FW_INLINE bool kept_has_room(const Lab* lab, unsigned c) {
 // by then, even another LAB's kept span of another class; the figures read
 // here are racy hints only for the holder's slow paths, which claim first.
 FW_INLINE bool kept_live(const Lab* lab, unsigned c, const Span* s) {
-  const Anchor a = Anchor::unpack(s->anchor.load(std::memory_order_acquire));
-  return a.state == kHot && a.kept && s->owner.load(std::memory_order_relaxed) == lab &&
-         s->cls.load(std::memory_order_relaxed) == c;
+  return span_kept_by(s, Anchor::unpack(s->anchor.load(std::memory_order_acquire)), lab, c);
 }
+// The blocks on the own lists of lab's live kept spans of class c: frees of
+// lab's not yet in lists[c].frees (lab_frees_of, and fw_check_heap's count
+// of free blocks).
+uint64_t lab_kept_own_frees(const Lab* lab, unsigned c);
 
 extern FW_HIDDEN Lab g_lab_empty;  // a thread that has not called freeway yet
 extern FW_HIDDEN Lab g_lab_busy;   // the thread is inside malloc/free

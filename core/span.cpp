@@ -374,9 +374,7 @@ bool span_unkeep(Span* s, const Lab* lab, unsigned cls) {
     // back), has the bit too: the owner and class are read after the anchor,
     // whose acquire makes those of that kept life visible, and the CAS fails
     // if the span changed hands since.
-    if (a.state != kHot || !a.kept || s->owner.load(std::memory_order_relaxed) != lab ||
-        s->cls.load(std::memory_order_relaxed) != cls)
-      return false;
+    if (!span_kept_by(s, a, lab, cls)) return false;
     a.kept = false;
     a.tag++;
     if (anchor_cas(s, w, a)) return true;

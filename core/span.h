@@ -274,6 +274,12 @@ bool span_float(Span* s, Lab* lab);
 // while every block is free none is under way, and any later one would be a
 // double free.
 void span_keep(Span* s);
+// Whether s, whose anchor word reads a, is lab's kept span of class cls (the
+// rule span_unkeep claims by and lab.h's kept_live reads entries by).
+FW_INLINE bool span_kept_by(const Span* s, const Anchor& a, const Lab* lab, unsigned cls) {
+  return a.state == kHot && a.kept && s->owner.load(std::memory_order_relaxed) == lab &&
+         s->cls.load(std::memory_order_relaxed) == cls;
+}
 // Owner: claims kept span s of class cls back before working on its lists
 // (switching it hot, releasing it, flushing), clearing the bit. False if s is
 // no longer lab's kept span of that class (a freer took it: the entry is
