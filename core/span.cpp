@@ -24,9 +24,8 @@ constinit std::atomic<int64_t> g_hot_bytes{0};
 // the CAS that takes it out of HOT: after it, another thread may give s to the
 // pool and use it for another class or a large block (kNoClass, past the class
 // table), and the count would take off what was never added.
-int64_t hot_bytes_of(const Span* s) {
-  return int64_t(class_info(s->cls.load(std::memory_order_relaxed)).span_bytes);
-}
+int64_t hot_bytes_of_class(unsigned cls) { return int64_t(class_info(cls).span_bytes); }
+int64_t hot_bytes_of(const Span* s) { return hot_bytes_of_class(s->cls.load(std::memory_order_relaxed)); }
 void count_hot(int64_t bytes) { g_hot_bytes.fetch_add(bytes, std::memory_order_relaxed); }
 }  // namespace
 
@@ -451,8 +450,7 @@ void span_free_list(Span* s, void* head, void* tail, uint32_t n) {
   const unsigned cls = s->cls.load(std::memory_order_relaxed);
   uint64_t w = s->anchor.load(std::memory_order_acquire);
   After after;
-  uint32_t own = 0;       // a taken kept span's own list: its owner's frees
-  int64_t hot_bytes = 0;  // and what it counted for as HOT, read while it was
+  uint32_t own = 0;  // a taken kept span's own list: its owner's frees
   for (;;) {
     Anchor a = Anchor::unpack(w);
     if (a.state != kHot && a.state != kFull && a.state != kPartial)
@@ -469,7 +467,6 @@ void span_free_list(Span* s, void* head, void* tail, uint32_t n) {
       // at most the list's length, so the sum reaches carved only when every
       // block is free.
       own = uint32_t(own_count_acquire(s));
-      hot_bytes = hot_bytes_of(s);
       if (own + a.count + n == s->carved.load(std::memory_order_relaxed)) {
         next = Anchor{0, 0, kFree, a.linked, a.tag + 1};
         after = After::kPool;
@@ -479,9 +476,10 @@ void span_free_list(Span* s, void* head, void* tail, uint32_t n) {
   }
   if (after == After::kPool && Anchor::unpack(w).state == kHot) {
     // The owner's frees onto the own list are counted here, its entry no
-    // longer counting them (lab_frees_of); and the span leaves HOT.
+    // longer counting them (lab_frees_of); and the span leaves HOT, counted
+    // by the class read above, while its blocks were in use.
     stats_count_unbound_frees(cls, own);
-    count_hot(-hot_bytes);
+    count_hot(-hot_bytes_of_class(cls));
   }
   follow_up(s, after, cls);
 }
