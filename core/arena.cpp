@@ -218,8 +218,9 @@ uint32_t region_new(size_t size, size_t align, RegionKind kind) {
 
 // Grows arena region r in place from `limit` reserved vspans to at least
 // `need`: by an eighth of what it has (so a heap growing to a whole region
-// makes a few dozen calls, not one per vspan), or to exactly `need` when the
-// OS refuses the larger step (an RLIMIT_AS leaves no room for slack). The new
+// makes a few dozen calls, not one per vspan) and, with no address-space cap,
+// by at least kGrowVspans (arena.h), or to exactly `need` when the OS refuses
+// the larger step (an RLIMIT_AS leaves no room for slack). The new
 // mapping merges with the region's, so a step costs no kernel memory. True if
 // the region has more room now (grown by us or by another thread), false if
 // it cannot grow.
@@ -228,9 +229,9 @@ bool region_grow(uint32_t r, uint32_t limit, uint32_t need) {
   // need > kVspansPerRegion: the run does not fit, or the region is closed
   // (its bump index was set to the end).
   if (!os::features().reserve_extends || need > kVspansPerRegion || limit >= need) return false;
-  uint32_t to = limit + limit / 8 > need ? limit + limit / 8 : need;
+  const uint32_t step = read_cap() == kCapSet || limit / 8 > kGrowVspans ? limit / 8 : kGrowVspans;
+  uint32_t to = limit + step > need ? limit + step : need;
   if (to > kVspansPerRegion) to = kVspansPerRegion;
-  read_cap();
   uintptr_t base = reg.base.load(std::memory_order_relaxed);
   uintptr_t at = base + (uintptr_t(limit) << kVspanShift);
   os::Reserve got = os::reserve_at(reinterpret_cast<void*>(at), uint64_t(to - limit) << kVspanShift);

@@ -157,6 +157,16 @@ bool arena_extend(uint32_t at, uint32_t k);
 // call. A cap set later, or lifted, is seen from the arena's next reservation;
 // until then runs come from address space already reserved.
 bool arena_capped();
+// An arena region grows in place by an eighth of what it has, and by at least
+// this many vspans (4 MiB) when no address-space cap is set: each step costs
+// three system calls (the cap's read, the mapping and the advice against huge
+// pages: os::reserve_at), and address space reserved ahead costs nothing until
+// its vspans are handed out and touched. With steps of an eighth alone, a
+// small program grew its first region a vspan at a time: `ls` made 16 steps,
+// 48 of its 224 system calls (docs/benchmarks.md, Stop 73). Under a cap the
+// steps stay an eighth, so that room reserved ahead does not take what the
+// program may need for mappings of its own.
+constexpr uint32_t kGrowVspans = 16;
 
 // A huge object: a region of its own of size bytes rounded up to a virtual span
 // whose base is aligned to align (a power of two; at least kRegionSize is used). Returns the

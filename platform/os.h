@@ -28,6 +28,8 @@ struct Features {
 const Features& features();
 
 size_t page_size();
+// CPUs online, as read at the first call (the callers size tables with it
+// once each; on Linux a read costs three system calls).
 size_t cpu_count();
 
 // Reserves size bytes of address space aligned to align (a power of two, at least

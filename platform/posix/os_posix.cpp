@@ -96,8 +96,14 @@ size_t page_size() {
 }
 
 size_t cpu_count() {
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? size_t(n) : 1;
+  static std::atomic<size_t> cached{0};
+  size_t c = cached.load(std::memory_order_relaxed);
+  if (c == 0) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    c = n > 0 ? size_t(n) : 1;
+    cached.store(c, std::memory_order_relaxed);
+  }
+  return c;
 }
 
 namespace {

@@ -68,8 +68,14 @@ size_t page_size() {
 }
 
 size_t cpu_count() {
-  DWORD n = GetActiveProcessorCount(ALL_PROCESSOR_GROUPS);
-  return n > 0 ? size_t(n) : 1;
+  static std::atomic<size_t> cached{0};
+  size_t c = cached.load(std::memory_order_relaxed);
+  if (c == 0) {
+    DWORD n = GetActiveProcessorCount(ALL_PROCESSOR_GROUPS);
+    c = n > 0 ? size_t(n) : 1;
+    cached.store(c, std::memory_order_relaxed);
+  }
+  return c;
 }
 
 // Aligned reservations without partial release: reserve exactly `size` and
