@@ -1,13 +1,5 @@
 // platform/posix/os_posix.cpp: the platform contract (platform/os.h) on Linux and
 // other POSIX systems, with mmap/madvise. See docs/porting.md.
-#include "platform/os.h"
-
-#include <atomic>
-#include <cerrno>
-#include <cstdlib>
-#include <csignal>
-#include <cstdio>
-#include <cstring>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
@@ -18,6 +10,16 @@
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "platform/os.h"
+#include "platform/read_once.h"
 #if defined(__linux__)
 #include <linux/membarrier.h>
 #include <sys/syscall.h>
@@ -86,24 +88,18 @@ const Features& features() { return kFeatures; }
 
 size_t page_size() {
   static std::atomic<size_t> cached{0};
-  size_t p = cached.load(std::memory_order_relaxed);
-  if (p == 0) {
+  return read_once(cached, [] {
     long v = sysconf(_SC_PAGESIZE);
-    p = v > 0 ? size_t(v) : 4096;
-    cached.store(p, std::memory_order_relaxed);
-  }
-  return p;
+    return v > 0 ? size_t(v) : size_t(4096);
+  });
 }
 
 size_t cpu_count() {
   static std::atomic<size_t> cached{0};
-  size_t c = cached.load(std::memory_order_relaxed);
-  if (c == 0) {
+  return read_once(cached, [] {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
-    c = n > 0 ? size_t(n) : 1;
-    cached.store(c, std::memory_order_relaxed);
-  }
-  return c;
+    return n > 0 ? size_t(n) : size_t(1);
+  });
 }
 
 namespace {

@@ -14,6 +14,7 @@
 //  - there is no fork and there are no asynchronous signals.
 // Every function keeps os.h's rules: no malloc, no lock the allocator needs.
 #include "platform/os.h"
+#include "platform/read_once.h"
 
 #ifndef WIN32_LEAN_AND_MEAN
 #define WIN32_LEAN_AND_MEAN
@@ -57,25 +58,19 @@ const Features& features() { return kFeatures; }
 
 size_t page_size() {
   static std::atomic<size_t> cached{0};
-  size_t p = cached.load(std::memory_order_relaxed);
-  if (p == 0) {
+  return read_once(cached, [] {
     SYSTEM_INFO si;
     GetSystemInfo(&si);
-    p = si.dwPageSize ? size_t(si.dwPageSize) : 4096;
-    cached.store(p, std::memory_order_relaxed);
-  }
-  return p;
+    return si.dwPageSize ? size_t(si.dwPageSize) : size_t(4096);
+  });
 }
 
 size_t cpu_count() {
   static std::atomic<size_t> cached{0};
-  size_t c = cached.load(std::memory_order_relaxed);
-  if (c == 0) {
+  return read_once(cached, [] {
     DWORD n = GetActiveProcessorCount(ALL_PROCESSOR_GROUPS);
-    c = n > 0 ? size_t(n) : 1;
-    cached.store(c, std::memory_order_relaxed);
-  }
-  return c;
+    return n > 0 ? size_t(n) : size_t(1);
+  });
 }
 
 // Aligned reservations without partial release: reserve exactly `size` and
