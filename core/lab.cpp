@@ -1,6 +1,8 @@
 // core/lab.cpp: making, binding, flushing and refilling LABs (see lab.h).
 #include "core/lab.h"
 
+#include <algorithm>
+
 #include "core/arena.h"
 #include "core/options.h"
 #include "core/percpu.h"
@@ -678,9 +680,14 @@ void lab_defer_free(Lab* lab, Span* s, void* p) {
     // (below), which returns the span to the pool; a chain still waiting for
     // more would keep it from being empty until its slot is wanted, and a
     // LAB may have thousands of chains. (Other threads' frees may lower the
-    // count meanwhile: then the chain just waits, as any chain does.)
-    const uint32_t in_use = s->carved.load(std::memory_order_relaxed) -
-                            Anchor::unpack(s->anchor.load(std::memory_order_relaxed)).count;
+    // count meanwhile: then the chain just waits, as any chain does.) A span
+    // another LAB keeps has free blocks on its owner's list too
+    // (kept_free_count): without them the chain that takes its last blocks
+    // would wait for more, and the span, all its blocks free, stay kept
+    // (span_keep takes it when that chain goes to it).
+    const Anchor a = Anchor::unpack(s->anchor.load(std::memory_order_relaxed));
+    uint32_t in_use = s->carved.load(std::memory_order_relaxed) - a.count;
+    if (a.kept) in_use -= std::min(in_use, uint32_t(own_count(s)));
     if (in_use >= 1 && in_use < limit) limit = in_use;
     // Nor, whatever those racing loads gave, more than s holds, so that room
     // fits its 16 bits (lab.h).

@@ -417,6 +417,11 @@ TEST_CASE(
     }();
     std::thread([&] {
       for (size_t i = half; i < first.size(); i++) fw_free(first[i]);
+      // Already, before this thread's exit: its chains into span 1 took no
+      // more blocks than the span had in use, its own list's free blocks not
+      // counted in use, so the last one filled with the last free and went
+      // to the span at once (lab.cpp, the chain's limit).
+      CHECK(state_of(spans[0]) == kFree);
       for (size_t i = 0; i < second.size() / 2; i++) fw_free(second[i]);
     }).join();
     CHECK(state_of(spans[0]) == kFree);  // taken to the pool by the freer
