@@ -37,9 +37,12 @@ void check_sized(void* p, Span* d, size_t n, bool aligned) {
 
 // Per-CPU mode (percpu.h), in restartable sections on the current CPU's LAB
 // (platform/rseq.h), each checking inside the section what it relies on:
-//  - a block of that LAB's hot span of its class goes onto free[c], counted
-//    in the same store (rseq_push_counted_if: hot[c] == d; a LAB in a slot has
-//    no holder, so hot[c] changes only while the LAB is out of every slot);
+//  - a block of a span that LAB owns, its hot span of the class or a kept one,
+//    goes onto the list the span's own_at names, free[c] or the span's own
+//    list, counted in the same store (rseq_push_owned: d->owner is the LAB; a
+//    LAB in a slot has no holder, so what it owns changes only while it is out
+//    of every slot, but for a kept span that another CPU's free empties, which
+//    cannot be while this block is in use);
 //  - a block of a span with a pending chain in that LAB that has room goes onto
 //    the chain (rseq_push_counted: the chain's span and room, then one store),
 //    counted when the chain goes to its span (chain_flush, lab.h). The checks
@@ -58,10 +61,7 @@ void free_percpu(void* p, Span* d) {
   if (FW_UNLIKELY(!free_fast_checks<false>(p, d, c, 0, false)))
     return percpu_free_slow(p, d, false);
   void* const* slots = reinterpret_cast<void* const*>(g_percpu.slots);
-  // A CPU LAB keeps no spans (lab.h keeps_spans): the only span it owns of class c is hot[c].
-  if (owned && os::rseq_push_counted_if(g_percpu.rseq_off, slots, g_percpu.ncpu, offsetof(Lab, hot) + c * sizeof(Span*),
-                                        d, lab_list_offset(c), p))
-    return;
+  if (owned && os::rseq_push_owned(g_percpu.rseq_off, slots, g_percpu.ncpu, &d->owner, &d->own_at, p)) return;
   if (os::rseq_push_counted(g_percpu.rseq_off, slots, g_percpu.ncpu, offsetof(Lab, pending_mask),
                             offsetof(Lab, pending), pending_key(d), d, p))
     return;

@@ -320,14 +320,11 @@ void give_all_chains(Lab* lab) {
   for (uint64_t& bits : lab->pending_of_class) bits = 0;
 }
 
-// Per-thread LABs outside secure mode. CPU LABs kept spans too in a first
-// version (a restartable section pushed onto a kept span's list): Larson's
-// server ran 2.5 times faster per CPU, but test_churn's producer-consumer case
-// held 1.8 times its live bytes instead of 1.5 and grew under load, in the mode
-// whose point is memory that follows CPUs (docs/benchmarks.md).
+// Per-thread and CPU LABs outside secure mode; a CPU LAB keeps at most one
+// span a class (kKeptSpansCpu, lab.h).
 bool keeps_spans(const Lab* lab) {
   uint32_t kind = lab->kind.load(std::memory_order_relaxed);
-  return (kind == kLabThread || kind == kLabParked) && !secure_mode();
+  return (kind == kLabThread || kind == kLabParked || kind == kLabCpu) && !secure_mode();
 }
 
 // Blocks kept span k has free: on its owner-side list and on its remote list.
@@ -942,7 +939,7 @@ bool lab_is_valid(const Lab* lab) {
     if ((kept > 0) != (((lab->kept_classes >> c) & 1) != 0))
       ok = report_invariant("lab: kept_classes disagrees with kept_n", c);
     if (lab->kept_look[c] >= kKeptSpans) ok = report_invariant("lab: kept_look past the array", c);
-    if (kept > kKeptSpans || (kept > 0 && !keeps_spans(lab))) {
+    if (kept > kept_spans_most(lab) || (kept > 0 && !keeps_spans(lab))) {
       ok = report_invariant("lab: kept spans in a LAB that keeps none, or too many", c);
       continue;
     }

@@ -1,11 +1,11 @@
 // core/lab.h: local allocation buffers (scalloc §3.4): the thread cache.
 //
 // A LAB holds, per size class, one hot span, a list of its blocks to hand out
-// (free[c]), and (per-thread LABs) up to kKeptBytes of spans it filled before
-// (kept spans, below). Its holder's frees of blocks of its hot span go onto
-// free[c], so the block freed last is the next handed out; frees of blocks of
-// its kept spans go onto each span's own list in its descriptor (own_head,
-// span.h), as mimalloc's local free lists. One path with no search serves
+// (free[c]), and up to kKeptBytes of spans it filled before (kept spans,
+// below; a CPU LAB keeps one a class). Its holder's frees of blocks of its hot
+// span go onto free[c], so the block freed last is the next handed out; frees
+// of blocks of its kept spans go onto each span's own list in its descriptor
+// (own_head, span.h), as mimalloc's local free lists. One path with no search serves
 // both: each owned span's descriptor names the list its frees go to (own_at,
 // own_push). A kept span that becomes hot again brings its own list to free[c]
 // (kept_switch).
@@ -63,8 +63,9 @@
 //   them hot[c]; the others are stale entries of spans another thread's free
 //   took (span.h, span_keep), which may name any span but none of the live
 //   ones of class c; hot[c] has the kept bit clear; kept_bytes is the sum of
-//   the entries' span_bytes over all classes, at most kKeptBytes; only per-thread LABs outside secure
-//   mode keep spans (keeps_spans), every other LAB has kept_n[c] == 0; bit c
+//   the entries' span_bytes over all classes, at most kKeptBytes; only per-thread and CPU LABs outside
+//   secure mode keep spans (keeps_spans), every other LAB has kept_n[c] == 0,
+//   and a CPU LAB's kept_n[c] <= kKeptSpansCpu (kept_spans_most); bit c
 //   of kept_classes is set iff kept_n[c] > 0; kept_next <= kClassCount;
 //   kept_look[c] < kKeptSpans.
 //   pending_mask + 1 (the chain slots in use) is a power of two from
@@ -120,7 +121,7 @@ constexpr unsigned kMaxParked = 64;
 constexpr uint64_t kParkedNs = 100u * 1000 * 1000;  // 100 ms
 constexpr uint64_t kParkedCheckEvery = 64;          // span-pool acquisitions between looks at the parked LABs
 
-// Kept spans. When a per-thread LAB's hot span of class c has no block left
+// Kept spans. When a LAB's hot span of class c has no block left
 // to give, the LAB does not let it float (HOT -> FULL, after which even its own
 // thread's frees into it are remote, through pending chains and a CAS per
 // chain): it keeps owning it while its kept spans of all classes together stay
@@ -146,11 +147,26 @@ constexpr uint64_t kParkedCheckEvery = 64;          // span-pool acquisitions be
 // otherwise; the owner's entry goes stale and is dropped (kept_live). Bound:
 // a LAB keeps at most kKeptBytes besides its hot spans, which adds kKeptBytes
 // to the blowup bound's per-cache term (docs/design.md).
+//
+// A CPU LAB (percpu.h) keeps one span a class at most: the one it filled
+// last. A CPU's cache serves every thread that runs there, and its threads
+// move between CPUs, so the spans it fills are freed into from every CPU; what
+// it keeps it hands out again only on its own CPU. With kKeptBytes a CPU LAB
+// too, test_churn's producer-consumer case in per-CPU mode held 1.9 times its
+// peak live bytes late in the run against 1.5-1.6 keeping none (medians of 5,
+// docs/benchmarks.md Stops 73-74). One span a class is what the speed needs:
+// the frees of the blocks that a CPU's threads took from the span before the
+// hot one, which a CPU LAB that kept none sent through pending chains and
+// remote lists, come back to the LAB as plain pushes (Larson's server with 2
+// threads and FREEWAY_PERCPU=1: a sixth to a quarter faster, as with 2 spans
+// a class or 16 MiB, at the same memory). It adds one span a class a CPU to
+// the bound: as much again as the hot spans (docs/design.md).
 constexpr uint32_t kKeptBytes = 16u * 1024 * 1024;
 // The most spans of one class a LAB can keep: the budget in spans (every
 // class's span is a whole vspan, size_class.h).
 constexpr unsigned kKeptSpans = kKeptBytes / kVspanSize;
 static_assert(kKeptSpans * kVspanSize == kKeptBytes, "the budget is whole spans");
+constexpr unsigned kKeptSpansCpu = 1;  // a CPU LAB's (above)
 // A class's kept entries lie in groups of kKeptGroup (one cache line), group g
 // of every class side by side (Lab::kept_at): a LAB whose classes keep a few
 // spans each touches the first groups only, not a row of kKeptSpans entries
@@ -375,9 +391,14 @@ struct Lab {
   void* quarantine[kLabQuarantine];
 };
 
+// The most spans of one class lab may keep: kKeptSpansCpu for a CPU LAB,
+// else kKeptSpans.
+FW_INLINE unsigned kept_spans_most(const Lab* lab) {
+  return lab->kind.load(std::memory_order_relaxed) == kLabCpu ? kKeptSpansCpu : kKeptSpans;
+}
 // Whether lab may keep one more span of class c (kept spans, above).
 FW_INLINE bool kept_has_room(const Lab* lab, unsigned c) {
-  return lab->kept_n[c] < kKeptSpans && lab->kept_bytes + class_info(c).span_bytes <= kKeptBytes;
+  return lab->kept_n[c] < kept_spans_most(lab) && lab->kept_bytes + class_info(c).span_bytes <= kKeptBytes;
 }
 
 // Whether kept entry s of class c is still lab's kept span. Another thread's

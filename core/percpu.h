@@ -45,7 +45,8 @@
 // while the threads bound to LABs are at most twice the CPUs and at most
 // kPerCpuMinThreads, where the per-thread fast path is the cheaper one (no
 // restartable section; a thread frees its older blocks into spans its own cache
-// keeps, which a CPU's cache, shared by the threads that run there, does not)
+// keeps, up to kKeptBytes, where a CPU's cache, shared by the threads that run
+// there, keeps one span a class)
 // and its caches are few; per-CPU once there are more at two binds in a row
 // (percpu_thread_bound) and the caches hold more than kPerThreadHeldMax
 // (percpu_caches_grew), where per-thread caches would multiply memory with

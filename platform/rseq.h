@@ -143,32 +143,37 @@ abort:
   goto retry;
 }
 
-// Pushes `node` on that list and adds one to the push count, if the word at
-// byte offset `tag_at` of the array equals `tag`. false, with nothing
-// changed, if the CPU is out of range, its slot is empty or the word differs.
-__attribute__((always_inline)) inline bool rseq_push_counted_if(ptrdiff_t off, void* const* slots, uint32_t ncpu,
-                                                                size_t tag_at, const void* tag, size_t at,
-                                                                void* node) {
+// Pushes `node` on the counted list at address *list_at (a list head, then its
+// push count: core/lab.h ClassList's head and frees, or a span's own list and
+// own count, core/span.h), adding one to the count, if the word at `owner` is
+// this CPU's array. Both words are read inside the section: they change only
+// while the array is out of every slot (core/percpu.h), or, for a span the
+// array keeps, when another CPU's free empties it, which cannot be while node
+// is in use (core/free.cpp). false, with nothing
+// changed, if the CPU is out of range, its slot is empty or *owner differs.
+__attribute__((always_inline)) inline bool rseq_push_owned(ptrdiff_t off, void* const* slots, uint32_t ncpu,
+                                                           const void* owner, const void* list_at, void* node) {
   typedef long long pair __attribute__((vector_size(16)));
-  uintptr_t base, word, k;
+  uintptr_t base, word, at, k;
   pair lo, hi;
 retry:
   asm volatile goto(FW_RSEQ_START("%[word]")
            FW_RSEQ_SLOT("no")
-           "cmpq %[tag], (%[base], %[tag_at])\n\t"
+           "cmpq %[base], (%[owner])\n\t"
            "jne %l[no]\n\t"
-           "movq 8(%[base], %[at]), %[word]\n\t"
+           "movq (%[list_at]), %[at]\n\t"             // the list
+           "movq (%[at]), %[word]\n\t"
            "movq %[word], (%[node])\n\t"               // node's link (node is the caller's alone)
-           "movq 16(%[base], %[at]), %[word]\n\t"      // the push count
+           "movq 8(%[at]), %[word]\n\t"                // the push count
            "addq $1, %[word]\n\t"
            "movq %[word], %[hi]\n\t"
            "movq %[node], %[lo]\n\t"
            "punpcklqdq %[hi], %[lo]\n\t"               // node, then count + 1
-           "movdqu %[lo], 8(%[base], %[at])\n\t"       // commit
+           "movdqu %[lo], (%[at])\n\t"                 // commit
            FW_RSEQ_END
-           : [base] "=&r"(base), [word] "=&r"(word), [k] "=&r"(k), [lo] "=&x"(lo), [hi] "=&x"(hi)
-           : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [tag_at] "r"(tag_at), [tag] "r"(tag),
-             [at] "r"(at), [node] "r"(node)
+           : [base] "=&r"(base), [word] "=&r"(word), [at] "=&r"(at), [k] "=&r"(k), [lo] "=&x"(lo), [hi] "=&x"(hi)
+           : [off] "r"(off), [ncpu] "r"(ncpu), [slots] "r"(slots), [owner] "r"(owner), [list_at] "r"(list_at),
+             [node] "r"(node)
            : "memory", "cc"
            : no, abort);
   return true;
@@ -276,12 +281,10 @@ abort:
 #else
 #define FW_HAS_RSEQ 0
 inline void* rseq_pop_counted(ptrdiff_t, void* const*, uint32_t, size_t) { return nullptr; }
-inline bool rseq_push_counted_if(ptrdiff_t, void* const*, uint32_t, size_t, const void*, size_t, void*) {
-  return false;
-}
 inline bool rseq_push_counted(ptrdiff_t, void* const*, uint32_t, size_t, size_t, uintptr_t, const void*, void*) {
   return false;
 }
+inline bool rseq_push_owned(ptrdiff_t, void* const*, uint32_t, const void*, const void*, void*) { return false; }
 inline void* rseq_take(ptrdiff_t, void**, uint32_t) { return nullptr; }
 inline bool rseq_put(ptrdiff_t, void**, uint32_t, void*) { return false; }
 #endif

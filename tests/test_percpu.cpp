@@ -54,40 +54,43 @@ TEST_CASE("per-CPU sections: a pop and a push change the list and its count in o
           "they fail") {
   if (!per_cpu()) return;
   // A slot array of the test's own, each CPU's slot naming the same record
-  // (a class's list, as core/lab.h lays it out, then a tag word), so that the
-  // sections below work on it whichever CPU the thread runs on. This checks
-  // the sections themselves: through malloc and free, a slow path counts in
-  // the same words, so a section that always failed would still count.
+  // (a class's list, as core/lab.h lays it out, then an owner word and the
+  // address of the list's head, as a span descriptor has them: core/span.h
+  // owner and own_at), so that the sections below work on it whichever CPU
+  // the thread runs on. This checks the sections themselves: through malloc
+  // and free, a slow path counts in the same words, so a section that always
+  // failed would still count.
   struct alignas(64) Record {
     ClassList list;
-    const void* tag;
+    const void* owner;
+    void* list_at;
   };
   static_assert(offsetof(Record, list) == 0, "the list's words at the record's start");
   Record rec{};
   rec.list.allocs.store(5);
   rec.list.frees.store(7);
-  int tag_mark = 0;
-  rec.tag = &tag_mark;
+  rec.list_at = &rec.list.head;
   const uint32_t ncpu = g_percpu.ncpu;
   std::vector<uint64_t> mem(size_t(ncpu) * os::kRseqSlotBytes / 8 + 8);
   auto* slots = reinterpret_cast<void**>((reinterpret_cast<uintptr_t>(mem.data()) + 63) & ~uintptr_t(63));
   for (uint32_t k = 0; k < ncpu; k++) *os::rseq_slot(slots, k) = &rec;
   const ptrdiff_t off = g_percpu.rseq_off;
-  const size_t tag_at = offsetof(Record, tag);
   alignas(16) void* a[2] = {};
   alignas(16) void* b[2] = {};
 
   CHECK(os::rseq_pop_counted(off, slots, ncpu, 0) == nullptr);  // empty: no pop, no count
   CHECK(rec.list.allocs.load() == 5);
   int other = 0;
-  CHECK_FALSE(os::rseq_push_counted_if(off, slots, ncpu, tag_at, &other, 0, a));  // another tag
+  rec.owner = &other;
+  CHECK_FALSE(os::rseq_push_owned(off, slots, ncpu, &rec.owner, &rec.list_at, a));  // another owner
   CHECK(rec.list.head == nullptr);
   CHECK(rec.list.frees.load() == 7);
-  REQUIRE(os::rseq_push_counted_if(off, slots, ncpu, tag_at, &tag_mark, 0, a));
+  rec.owner = &rec;  // the array in the CPU's slot
+  REQUIRE(os::rseq_push_owned(off, slots, ncpu, &rec.owner, &rec.list_at, a));
   CHECK(rec.list.head == static_cast<void*>(a));
   CHECK(a[0] == nullptr);  // linked to the old head
   CHECK(rec.list.frees.load() == 8);
-  REQUIRE(os::rseq_push_counted_if(off, slots, ncpu, tag_at, &tag_mark, 0, b));
+  REQUIRE(os::rseq_push_owned(off, slots, ncpu, &rec.owner, &rec.list_at, b));
   CHECK(rec.list.head == static_cast<void*>(b));
   CHECK(b[0] == static_cast<void*>(a));
   CHECK(rec.list.frees.load() == 9);
@@ -104,7 +107,7 @@ TEST_CASE("per-CPU sections: a pop and a push change the list and its count in o
   CHECK(rec.list.allocs.load() == 7);
   // A CPU number out of range (an array for no CPUs) fails both, changing nothing.
   CHECK(os::rseq_pop_counted(off, slots, 0, 0) == nullptr);
-  CHECK_FALSE(os::rseq_push_counted_if(off, slots, 0, tag_at, &tag_mark, 0, a));
+  CHECK_FALSE(os::rseq_push_owned(off, slots, 0, &rec.owner, &rec.list_at, a));
   CHECK(rec.list.head == nullptr);
   CHECK(rec.list.frees.load() == 9);
 }
@@ -223,7 +226,9 @@ TEST_CASE("per-CPU mode: a thread's exit releases nothing, and the next thread o
   CHECK(fw_check_heap() == 0);
 }
 
-TEST_CASE("per-CPU mode: a CPU's cache keeps no spans: the spans it filled float, and their last free returns them") {
+TEST_CASE(
+    "per-CPU mode: a CPU's cache keeps the span of a class it filled last, frees of its blocks there go onto "
+    "its own list, and a span emptied from another CPU goes to the pool") {
   if (!per_cpu()) return;
   std::thread([] {
     unsigned cpu = pin_first();
@@ -231,19 +236,48 @@ TEST_CASE("per-CPU mode: a CPU's cache keeps no spans: the spans it filled float
     const uint32_t per_span = class_info(c).capacity;
     std::vector<void*> v;
     for (uint32_t i = 0; i < 3 * per_span; i++) v.push_back(fw_malloc(64));
+    // Three spans filled (and a fourth hot): the first is kept, the second
+    // and third float, past the one span a class a CPU LAB keeps (lab.h).
     Span* first = span_of(v[0]);
     Lab* lab = percpu_slot(cpu);
     REQUIRE(lab != nullptr);
-    CHECK(lab->kept_n[c] == 0);
-    CHECK(first->owner.load() == nullptr);
-    CHECK(Anchor::unpack(first->anchor.load()).state == kFull);
-    std::vector<void*> mine;
-    for (void* p : v)
-      if (span_of(p) == first) mine.push_back(p);
-    for (void* p : mine) fw_free(p);  // pending chains, then the span: the last free gives it back
-    CHECK(Anchor::unpack(first->anchor.load()).state == kFree);
-    for (void* p : v)
-      if (span_of(p) != first) fw_free(p);
+    CHECK(lab->kept_n[c] == kKeptSpansCpu);
+    CHECK(first->owner.load() == lab);
+    const Anchor a = Anchor::unpack(first->anchor.load());
+    CHECK((a.state == kHot && a.kept));
+    Span* second = span_of(v[per_span]);
+    REQUIRE(second != first);
+    CHECK(second->owner.load() == nullptr);
+    CHECK(Anchor::unpack(second->anchor.load()).state == kFull);
+    std::vector<void*> mine, rest;
+    for (void* p : v) (span_of(p) == first ? mine : rest).push_back(p);
+    REQUIRE(mine.size() == per_span);
+    // Half of its blocks freed on its CPU: onto its own list, each counted
+    // there (the section's commit), with no chain started.
+    const size_t half = mine.size() / 2;
+    for (size_t i = 0; i < half; i++) fw_free(mine[i]);
+    CHECK(own_count(first) == half);
+    CHECK(first->owner.load() == lab);
+    CHECK(fw_check_heap() == 0);
+    // The other half freed from another CPU, if there is one: remote frees,
+    // and the one that empties the kept span takes it to the pool (span_keep).
+    unsigned other = cpu;
+    for (unsigned k = 0; k < g_percpu.ncpu; k++)
+      if (k != cpu && fwtest::pin_to_cpu(k)) {
+        other = k;
+        break;
+      }
+    for (size_t i = half; i < mine.size(); i++) fw_free(mine[i]);
+    if (other != cpu) {
+      // Chains of the other CPU's cache, the last of which takes the span's
+      // last blocks and goes to it at once (lab.h, PendingChain).
+      CHECK(Anchor::unpack(first->anchor.load()).state == kFree);
+      CHECK(first->owner.load() == nullptr);
+    } else {
+      MESSAGE("one CPU only: the span's last free was on its own CPU, where it stays kept");
+    }
+    pin_to(cpu);
+    for (void* p : rest) fw_free(p);
     CHECK(fw_check_heap() == 0);
   }).join();
 }
