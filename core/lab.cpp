@@ -328,9 +328,13 @@ bool keeps_spans(const Lab* lab) {
 }
 
 // Blocks kept span k has free: on its owner-side list and on its remote list.
-uint32_t kept_free_count(const Span* k) {
+// a: an anchor word of k read by the caller.
+uint32_t kept_free_count(const Span* k, const Anchor& a) {
   // A kept span's own count is its list's length: at most its capacity.
-  return uint32_t(own_count(k)) + Anchor::unpack(k->anchor.load(std::memory_order_relaxed)).count;
+  return uint32_t(own_count(k)) + a.count;
+}
+uint32_t kept_free_count(const Span* k) {
+  return kept_free_count(k, Anchor::unpack(k->anchor.load(std::memory_order_relaxed)));
 }
 
 // Drops kept entry i of class c from the array (the last entry takes its place).
@@ -683,8 +687,9 @@ void lab_defer_free(Lab* lab, Span* s, void* p) {
     // would wait for more, and the span, all its blocks free, stay kept
     // (span_keep takes it when that chain goes to it).
     const Anchor a = Anchor::unpack(s->anchor.load(std::memory_order_relaxed));
-    uint32_t in_use = s->carved.load(std::memory_order_relaxed) - a.count;
-    if (a.kept) in_use -= std::min(in_use, uint32_t(own_count(s)));
+    const uint32_t carved = s->carved.load(std::memory_order_relaxed);
+    const uint32_t free_now = a.kept ? kept_free_count(s, a) : a.count;
+    const uint32_t in_use = carved - std::min(carved, free_now);
     if (in_use >= 1 && in_use < limit) limit = in_use;
     // Nor, whatever those racing loads gave, more than s holds, so that room
     // fits its 16 bits (lab.h).
