@@ -219,8 +219,9 @@ uint32_t region_new(size_t size, size_t align, RegionKind kind) {
 // Grows arena region r in place from `limit` reserved vspans to at least
 // `need`: by an eighth of what it has (so a heap growing to a whole region
 // makes a few dozen calls, not one per vspan) and, with no address-space cap,
-// by at least kGrowVspans (arena.h), or to exactly `need` when the OS refuses
-// the larger step (an RLIMIT_AS leaves no room for slack). The new
+// by at least kGrowVspans (arena.h), or to exactly `need` when the larger step
+// fails: the OS refused it (an RLIMIT_AS leaves no room for slack), or another
+// mapping lies in the slack past `need` (the region then grows up to it). The new
 // mapping merges with the region's, so a step costs no kernel memory. True if
 // the region has more room now (grown by us or by another thread), false if
 // it cannot grow.
@@ -235,7 +236,7 @@ bool region_grow(uint32_t r, uint32_t limit, uint32_t need) {
   uintptr_t base = reg.base.load(std::memory_order_relaxed);
   uintptr_t at = base + (uintptr_t(limit) << kVspanShift);
   os::Reserve got = os::reserve_at(reinterpret_cast<void*>(at), uint64_t(to - limit) << kVspanShift);
-  if (got == os::Reserve::kRefused && to > need) {
+  if (got != os::Reserve::kDone && to > need) {
     to = need;
     got = os::reserve_at(reinterpret_cast<void*>(at), uint64_t(to - limit) << kVspanShift);
   }
