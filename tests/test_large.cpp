@@ -317,28 +317,20 @@ TEST_CASE("a region whose next reservation step would cross another mapping stil
   void* fence = MAP_FAILED;
   for (int i = 0; i < 256 && b == nullptr; i++) {
     char* c = top_block(size_t(1) << 20, kBigRunVspans, held);
-    const Span* d = span_of(c);
-    const Region& reg = g_regions[span_index(d) / kVspansPerRegion];
-    const uintptr_t base = reg.base.load(), end = base + reg.size.load();
-    const uint32_t want = span_index(d) % kVspansPerRegion + kBigRunVspans;
-    const uintptr_t want_end = base + uintptr_t(want) * kVspanSize;
-    if (want_end > end) {
-      void* gap = mmap(reinterpret_cast<void*>(end), want_end - end, PROT_NONE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-      if (gap == reinterpret_cast<void*>(end)) {
-        munmap(gap, want_end - end);
-        fence = mmap(reinterpret_cast<void*>(want_end), kVspanSize, PROT_NONE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-        if (fence == reinterpret_cast<void*>(want_end)) {
-          b = c;
-          need = want;
-          break;
-        }
-        if (fence != MAP_FAILED) munmap(fence, kVspanSize);
-        fence = MAP_FAILED;
-      } else if (gap != MAP_FAILED) {
-        munmap(gap, want_end - end);
+    if (region_room(c, kBigRunVspans) == kProbed) {
+      const Span* d = span_of(c);
+      const uint32_t want = span_index(d) % kVspansPerRegion + kBigRunVspans;
+      void* at = reinterpret_cast<void*>(g_regions[span_index(d) / kVspansPerRegion].base.load() +
+                                         uintptr_t(want) * kVspanSize);
+      void* got =
+          mmap(at, kVspanSize, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+      if (got == at) {
+        b = c;
+        need = want;
+        fence = got;
+        break;
       }
+      if (got != MAP_FAILED) munmap(got, kVspanSize);
     }
     held.push_back(c);
   }
