@@ -49,6 +49,13 @@ constexpr uint64_t kLargeSampleEvery = 64;
 std::atomic<uint64_t> g_large_calls{0};
 void* large_block(size_t n, size_t align, bool zero, size_t room = 0) {
   void* p = large_alloc(n, align, zero, room);
+  if (p == nullptr && n <= kLargeRequestMax && align <= kLargeRequestMax) {
+    // The calling thread's spans may be what the block needs (lab.h, lab_reclaim);
+    // a bigger request could never be met, and empties nothing.
+    lab_collect_current(Collect::kAll);
+    percpu_reclaim();
+    p = large_alloc(n, align, zero, room);
+  }
   if (p != nullptr && stats_large_rose() &&
       g_large_calls.fetch_add(1, std::memory_order_relaxed) % kLargeSampleEvery == 0)
     stats_sample_peak();

@@ -738,7 +738,13 @@ void lab_flush(Lab* lab) {
   }
 }
 
-void lab_collect_current() {
+void lab_reclaim(Lab* lab) {
+  lab_flush_quarantine(lab);  // secure mode: quarantined blocks keep their spans in use
+  lab_flush(lab);
+  lab_collect_parked();
+}
+
+void lab_collect_current(Collect what) {
   Lab* slot = lab_current();
   // Secure mode keeps the SECURE placeholder in the slot between calls: the
   // thread's LAB is the one its exit registration holds (none before its
@@ -746,8 +752,12 @@ void lab_collect_current() {
   Lab* lab = slot == &g_lab_secure ? static_cast<Lab*>(os::thread_exit_registered()) : slot;
   if (lab == nullptr || is_placeholder(lab)) return;
   lab_enter();
-  lab_flush_pending(lab);
-  for (unsigned c = 0; c < kClassCount; c++) release_kept(lab, c);
+  if (what == Collect::kAll) {
+    lab_reclaim(lab);
+  } else {
+    lab_flush_pending(lab);
+    for (unsigned c = 0; c < kClassCount; c++) release_kept(lab, c);
+  }
   lab_leave(slot);
 }
 
@@ -759,6 +769,7 @@ FW_INLINE void* handed_out(Lab* lab, unsigned c, void* p) {
 }
 
 void* lab_refill(Lab* lab, unsigned c) {
+  bool reclaimed = false;  // lab_reclaim ran: a second failure is final
   for (;;) {
     if (void* p = lab->lists[c].head) {
       lab->lists[c].head = block_next(p);
@@ -798,7 +809,12 @@ void* lab_refill(Lab* lab, unsigned c) {
     if (s == nullptr) {
       release_empty_kept(lab);
       s = acquire_span(lab, c, &list);
-      if (s == nullptr) return nullptr;
+      if (s == nullptr) {
+        if (reclaimed) return nullptr;
+        lab_reclaim(lab);
+        reclaimed = true;
+        continue;
+      }
     }
     own_set(s, nullptr, 0);  // large_size meant another thing until now, own_frees another span's (span.h)
     hot_enter(lab, c, s);

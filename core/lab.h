@@ -582,9 +582,25 @@ void lab_make_idle(unsigned n);
 // Releases every hot and kept span of lab and gives its pending frees to their
 // span (its holder calls this).
 void lab_flush(Lab* lab);
-// fw_collect for the calling thread's LAB (per-thread mode): releases its
-// kept spans and gives its pending frees to their spans.
-void lab_collect_current();
+// When no span or run can be had (the address space or memory is used up:
+// RLIMIT_AS, overcommit off), what the LABs hold may be what the allocation
+// needs: hot spans of classes the thread no longer uses, kept spans it emptied
+// (up to kKeptBytes of them), blocks in pending chains whose spans they would
+// empty, blocks in secure mode's quarantine, and the same in parked LABs.
+// lab_reclaim (lab's holder) frees lab's quarantine, releases lab as lab_flush
+// does and collects the parked LABs, so that the emptied spans go
+// to the span-pool, where a span of any class or a large block's run can take
+// them; the caller then tries once more (lab_refill; large blocks through
+// lab_collect_current(Collect::kAll) and percpu_reclaim, alloc.cpp). Other
+// threads' LABs, and other CPUs', are theirs: their spans go back at their
+// thread's exit or their own next failure.
+void lab_reclaim(Lab* lab);
+// fw_collect for the calling thread's LAB (per-thread mode): kKept gives its
+// pending frees to their spans and releases its kept spans; kAll is
+// lab_reclaim. Nothing in per-CPU mode, or inside a call on this thread (a
+// signal handler's, or a secure-mode slow path's: the slot holds BUSY).
+enum class Collect { kKept, kAll };
+void lab_collect_current(Collect what);
 // Frees checked block p of span s (not owned by lab) through lab's pending
 // chain for s. A chain started for a span of a parked LAB releases that LAB
 // (parked for a successor that bound another: lab_bind_thread).

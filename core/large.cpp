@@ -150,7 +150,7 @@ void* large_alloc(size_t size, size_t align, bool zero, size_t room) {
   if (size == 0) size = 1;  // a unique block, as for malloc(0)
   size_t extra = align > kVspanSize ? align - kVspanSize : 0;
   size_t total = size + extra;
-  if (total < size || size > (size_t(1) << 47) || align > (size_t(1) << 47) || room > (size_t(1) << 47)) return nullptr;
+  if (total < size || size > kLargeRequestMax || align > kLargeRequestMax || room > kLargeRequestMax) return nullptr;
   if (!arena_init()) return nullptr;  // this may be the process's first allocation
   if (total > kLargeMax) return huge_alloc(size, align, zero, room);
   uint32_t need = uint32_t((total + kVspanSize - 1) >> kVspanShift);

@@ -20,6 +20,10 @@
 
 namespace fw {
 
+// The largest size, alignment or room large_alloc takes: the 48-bit address
+// space has no room for more (a bigger request fails at once).
+constexpr size_t kLargeRequestMax = size_t(1) << 47;
+
 // Returns a block of at least size bytes aligned to align (a power of two), or
 // nullptr (the caller sets errno). zero: the block must read as zeros. room:
 // for a huge block, the bytes its region should reserve if more than size

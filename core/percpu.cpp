@@ -218,6 +218,15 @@ void percpu_collect() {
   os::affinity_set(saved);
 }
 
+void percpu_reclaim() {
+  if (!percpu_on()) return;
+  Lab* lab =
+      static_cast<Lab*>(os::rseq_take(g_percpu.rseq_off, reinterpret_cast<void**>(g_percpu.slots), g_percpu.ncpu));
+  if (lab == nullptr) return;  // a slow path holds it (or the CPU has none): nothing to take
+  lab_reclaim(lab);
+  percpu_put(lab);
+}
+
 Lab* percpu_slot(uint32_t k) {
   if (!percpu_on() || k >= g_percpu.ncpu) return nullptr;
   void** slot = os::rseq_slot(reinterpret_cast<void**>(g_percpu.slots), k);

@@ -155,6 +155,10 @@ FW_NOINLINE void percpu_free_slow(void* p, struct Span* d, bool checked);
 // affinity is restored afterwards. A CPU whose slot is empty at the visit (a
 // slow path has its LAB) is skipped.
 void percpu_collect();
+// A large block could not be had in per-CPU mode: lab_reclaim (lab.h) on the
+// LAB in the calling thread's CPU's slot, if there is one, before the caller
+// tries once more. Nothing in per-thread mode.
+void percpu_reclaim();
 
 // The LAB in CPU k's slot now (a racy figure for telemetry), nullptr if none.
 Lab* percpu_slot(uint32_t k);

@@ -35,7 +35,7 @@ FW_API size_t fw_usable_size(const void* p) { return fw::fw_usable(p); }
 FW_API int fw_owns(const void* p) { return fw::arena_owns(p) || fw::zero_owns(p); }
 FW_API void fw_collect(void) {
   fw::quarantine_flush();
-  fw::lab_collect_current();
+  fw::lab_collect_current(fw::Collect::kKept);
   fw::lab_collect_parked();
   fw::percpu_collect();
   fw::pool_collect();

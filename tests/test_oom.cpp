@@ -232,9 +232,9 @@ TEST_CASE("at the address-space limit, after every 1 MiB block is freed, 2 MiB a
 
 TEST_CASE("at the address-space limit, small blocks and one-span large blocks come out of a freed 30 MiB block "
           "(a free run longer than 64 spans serves single spans)") {
-  // 6 MiB of 1 KiB blocks take 96 spans of 64 KiB (each in a vspan of its
-  // own), 20 MiB of 200 KiB blocks 100 vspans: both fit in the 120 vspans the
-  // freed block leaves, and neither fits in the 2 MiB of headroom.
+  // 6 MiB of 1 KiB blocks take 24 spans (a vspan of 256 KiB each), 20 MiB
+  // of 200 KiB blocks 100: both fit in the 120 vspans the freed block leaves,
+  // and neither fits in the 2 MiB of headroom.
   for (size_t n : {size_t(1024), size_t(200) << 10}) {
     int rc = in_child([n]() -> int {
       std::vector<void*> v;
@@ -257,6 +257,63 @@ TEST_CASE("at the address-space limit, small blocks and one-span large blocks co
     });
     CHECK(rc == 0);
   }
+}
+
+TEST_CASE(
+    "at the address-space limit, the spans a thread emptied serve a large block, and the hot spans of "
+    "classes it no longer uses serve new classes") {
+  // Without reclaiming them (lab_reclaim, core/lab.h) both failed with ENOMEM:
+  // the thread's LAB kept its emptied spans and its hot spans, address space
+  // the pool could not give out again.
+  int rc = in_child([]() -> int {
+    // 12 MiB of 1 KiB blocks, all freed by their thread: 48 spans its LAB
+    // (or its CPU's) keeps or floats, none in use. Then 12 MiB of large
+    // blocks under 2 MiB of headroom.
+    std::vector<void*> v;
+    v.reserve(12 * 1024);
+    EXPECT(2, exhaust(v, 1024) == 0);
+    for (void* p : v) free(p);
+    EXPECT(3, limit_as(vm_size() + 2 * MiB));
+    void* big = malloc(4 * MiB);
+    EXPECT(4, big != nullptr);
+    void* bigger = malloc(8 * MiB);
+    EXPECT(5, bigger != nullptr);
+    std::memset(big, 7, 4 * MiB);
+    std::memset(bigger, 8, 8 * MiB);
+    free(big);
+    free(bigger);
+    return 0;
+  });
+  CHECK(rc == 0);
+  rc = in_child([]() -> int {
+    // One block of each even class up to 64 KiB, freed: a hot span each (a
+    // vspan of 256 KiB), every block free. Then one block of each odd class
+    // under 1 MiB of headroom: only those hot spans can hold them.
+    std::vector<size_t> sizes;
+    for (size_t n = 16; n <= 128; n += 16) sizes.push_back(n);
+    for (size_t b = 128; b < 64 * 1024; b *= 2)
+      for (size_t q = 1; q <= 4; q++) sizes.push_back(b + q * b / 4);
+    for (size_t i = 0; i < sizes.size(); i += 2) {
+      void* p = malloc(sizes[i]);
+      EXPECT(2, p != nullptr);
+      std::memset(p, 1, sizes[i]);
+      free(p);
+    }
+    std::vector<void*> kept;
+    kept.reserve(sizes.size());
+    EXPECT(3, limit_as(vm_size() + 1 * MiB));
+    for (size_t i = 1; i < sizes.size(); i += 2) {
+      errno = 0;
+      void* p = malloc(sizes[i]);
+      if (p == nullptr) std::fprintf(stderr, "oom child: malloc(%zu) failed\n", sizes[i]);
+      EXPECT(4, p != nullptr);
+      std::memset(p, 2, sizes[i]);
+      kept.push_back(p);
+    }
+    for (void* p : kept) free(p);
+    return 0;
+  });
+  CHECK(rc == 0);
 }
 
 TEST_CASE("with RLIMIT_AS lowered just above current use after start, threads allocate until ENOMEM: once they "
