@@ -21,7 +21,8 @@
 // Commit policy (decay): a span or run keeps what it had committed when it
 // enters the pool, so reuse costs no page faults, stamped with the time it came
 // in; a purge pass gives back the pages of what has waited longer than
-// FREEWAY_DECAY_MS. The retained bytes stay within max(FREEWAY_RETAIN_MB, the
+// FREEWAY_DECAY_MS, one stack at a time, so that takes meanwhile find the
+// rest of the pool (span_pool.cpp, purge). The retained bytes stay within max(FREEWAY_RETAIN_MB, the
 // most bytes committed in use within that delay): a give that would pass that
 // gives back the oldest first (span_pool.cpp), unless the program faulted back
 // what the last such pass gave back: then a cycle touches more than it holds,
