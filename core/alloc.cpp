@@ -49,9 +49,10 @@ constexpr uint64_t kLargeSampleEvery = 64;
 std::atomic<uint64_t> g_large_calls{0};
 void* large_block(size_t n, size_t align, bool zero, size_t room = 0) {
   void* p = large_alloc(n, align, zero, room);
-  if (p == nullptr && n <= kLargeRequestMax && align <= kLargeRequestMax) {
-    // The calling thread's spans may be what the block needs (lab.h, lab_reclaim);
-    // a bigger request could never be met, and empties nothing.
+  if (p == nullptr && large_in_run(n, align)) {
+    // The calling thread's spans may be what the block's run needs (lab.h,
+    // lab_reclaim). A huge block takes a region of its own, which spans given
+    // back to the pool cannot make room for.
     lab_collect_current(Collect::kAll);
     percpu_reclaim();
     p = large_alloc(n, align, zero, room);
@@ -66,7 +67,15 @@ void* large_block(size_t n, size_t align, bool zero, size_t room = 0) {
 // aligned to `align`, from LAB `from` (a thread's or a transient one), formatted.
 void* secure_block(Lab* from, unsigned c, size_t n, size_t align) {
   unsigned sc = secure_class(c, n, align);
-  if (sc == kClassCount) return large_block(n, align, false);
+  if (sc == kClassCount) {
+    // large_block cannot reclaim `from` (the slot holds BUSY): this holder can.
+    void* p = large_block(n, align, false);
+    if (p == nullptr && large_in_run(n, align)) {
+      lab_reclaim(from);
+      p = large_block(n, align, false);
+    }
+    return p;
+  }
   void* p = lab_refill(from, sc);
   if (p != nullptr) secure_format(p, class_block_size(sc), n);
   return p;

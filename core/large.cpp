@@ -152,7 +152,7 @@ void* large_alloc(size_t size, size_t align, bool zero, size_t room) {
   size_t total = size + extra;
   if (total < size || size > kLargeRequestMax || align > kLargeRequestMax || room > kLargeRequestMax) return nullptr;
   if (!arena_init()) return nullptr;  // this may be the process's first allocation
-  if (total > kLargeMax) return huge_alloc(size, align, zero, room);
+  if (!large_in_run(size, align)) return huge_alloc(size, align, zero, room);
   uint32_t need = uint32_t((total + kVspanSize - 1) >> kVspanShift);
   uint32_t n = run_length(need);
   Span* head = pool_take_run(n, round_up(total, os::page_size()));

@@ -40,7 +40,8 @@ SpanStack g_exact[kFrontiers][kRunSets][kExactRuns + 1];
 SpanStack g_log[kFrontiers][kRunSets][kLogRuns];  // g_log[f][w][k]: runs of length in [2^k, 2^(k+1)), k >= 6
 // The last large block's run given back on each CPU (span_pool.h: last-run
 // slots), as its index + 1, or 0: FREE, with pages (at most kLastRunMax), and
-// not counted in g_retained or g_pooled_spans until take_all sweeps it out,
+// not counted in g_retained or g_pooled_spans until a merge, a purge pass or
+// fw_collect sweeps it out (grab_last_runs),
 // so that a give and a take through a slot touch no shared counter.
 std::atomic<uint32_t> g_last_run[kMaxPoolStacks];
 // A block too big for a slot is one whose run comes from the big blocks'
@@ -84,8 +85,12 @@ uint64_t decay_ms() { return uint64_t(option(Option::decay_ms)); }
 // its pages, in ms (wrapping at 2^32: ages are compared as differences). It
 // lives in block_size, which only small spans use, and only while not FREE.
 void set_pool_stamp(Span* s, uint64_t ms) { s->block_size.store(uint32_t(ms), std::memory_order_relaxed); }
+// A stamp later than `now` (a span given back after the caller read the
+// clock: a purge pass meets those in the stacks it reaches later) is age 0,
+// not an age near 2^32; so is any age of 2^31 ms (24.8 days) or more.
 uint64_t pool_age_ms(const Span* s, uint64_t now) {
-  return uint32_t(uint32_t(now) - s->block_size.load(std::memory_order_relaxed));
+  const uint32_t age = uint32_t(now) - s->block_size.load(std::memory_order_relaxed);
+  return age > 0x7fffffffu ? 0 : age;
 }
 
 unsigned stack_count() {
@@ -227,13 +232,13 @@ void give_leftover(uint32_t index, uint32_t len) {
 // Calls f on every stack of single spans from commit tier first_tier up, and
 // of runs (only the warm ones if first_tier > 0).
 template <class F>
-void for_each_stack(unsigned first_tier, F f) {
+void for_each_stack(unsigned first_tier, F visit) {
   for (unsigned t = first_tier; t < kTiers; t++)
-    for (auto& st : g_single[t]) f(st);
-  for (unsigned f_ = 0; f_ < kFrontiers; f_++) {
+    for (auto& st : g_single[t]) visit(st);
+  for (unsigned f = 0; f < kFrontiers; f++) {
     for (unsigned w = first_tier > 0 ? 1 : 0; w < kRunSets; w++) {
-      for (auto& st : g_exact[f_][w]) f(st);
-      for (auto& st : g_log[f_][w]) f(st);
+      for (auto& st : g_exact[f][w]) visit(st);
+      for (auto& st : g_log[f][w]) visit(st);
     }
   }
 }
@@ -242,12 +247,15 @@ void for_each_stack(unsigned first_tier, F f) {
 // through pool_next onto `chain` (they are the caller's alone until pushed
 // again; other threads may pop and push meanwhile), publishing the chain's
 // head at each step if `publish`. Returns the chain's head.
+uint32_t link_held(uint32_t i, uint32_t chain, std::atomic<uint32_t>* publish) {
+  span_at(i)->pool_next.store(chain, std::memory_order_relaxed);
+  if (publish != nullptr) publish->store(i, std::memory_order_relaxed);
+  return i;
+}
 uint32_t grab(SpanStack& st, uint32_t chain, std::atomic<uint32_t>* publish) {
   for (uint32_t i = st.pop(); i != kNoIndex; i = st.pop()) {
     taken(i, span_at(i)->run_len.load(std::memory_order_relaxed));
-    span_at(i)->pool_next.store(chain, std::memory_order_relaxed);
-    chain = i;
-    if (publish != nullptr) publish->store(chain, std::memory_order_relaxed);
+    chain = link_held(i, chain, publish);
   }
   return chain;
 }
@@ -259,9 +267,7 @@ uint32_t grab_last_runs(uint32_t chain, std::atomic<uint32_t>* publish) {
     const uint32_t v = slot.load(std::memory_order_relaxed) != 0 ? slot.exchange(0, std::memory_order_acq_rel) : 0;
     if (v == 0) continue;  // not counted as pooled: nothing to count as taken
     set_pool_stamp(span_at(v - 1), now_ms());
-    span_at(v - 1)->pool_next.store(chain, std::memory_order_relaxed);
-    chain = v - 1;
-    if (publish != nullptr) publish->store(chain, std::memory_order_relaxed);
+    chain = link_held(v - 1, chain, publish);
   }
   return chain;
 }
@@ -481,12 +487,13 @@ uint64_t give_bound(uint64_t now, uint64_t kept, uint64_t delay) {
 
 // One purge pass at a time (a pass that finds another running gives up).
 std::atomic<bool> g_purging{false};
-// The pass's spans not yet pushed back, as a chain through pool_next (take_all
-// publishes each as it takes it; the second loop moves past a span before
-// pushing it). A fork's child, where the pass's thread does not exist, pushes
-// them back and clears g_purging (pool_after_fork_child); otherwise it would
-// lose every warm span the pass held and never purge again. At most the one
-// span being moved is lost, as with a thread killed there.
+// The spans a pass holds (one stack's at a time) not yet pushed back, as a
+// chain through pool_next (grab publishes each as it pops it; the push loop
+// moves past a span before pushing it). A fork's child, where the pass's
+// thread does not exist, pushes them back and clears g_purging
+// (pool_after_fork_child); otherwise it would lose the spans the pass held and
+// never purge again. At most the one span being moved is lost, as with a
+// thread killed there.
 std::atomic<uint32_t> g_purge_rest{kNoIndex};
 
 // Gives back the pages of every pooled span and run that came in with them
@@ -516,7 +523,8 @@ uint64_t purge(uint64_t now, uint64_t delay, uint64_t need) {
   // pass looks at no span twice (a run's stack follows from its length and
   // pages: the same). g_purge_rest, published before each push, lets a fork's
   // child push back what a pass held (pool_after_fork_child).
-  auto pass = [](auto visit) {
+  // `done` ends a pass early (before the next stack).
+  auto pass = [](auto visit, auto done) {
     auto one = [&visit](uint32_t chain, SpanStack* from) {
       for (uint32_t i = chain; i != kNoIndex; i = span_at(i)->pool_next.load(std::memory_order_relaxed))
         if (span_at(i)->committed.load(std::memory_order_relaxed) != 0) visit(span_at(i));
@@ -528,25 +536,33 @@ uint64_t purge(uint64_t now, uint64_t delay, uint64_t need) {
         push_free(s, s->run_len.load(std::memory_order_relaxed), kept ? from : nullptr);
       }
     };
-    one(grab_last_runs(kNoIndex, &g_purge_rest), nullptr);
-    for_each_stack(1, [&one](SpanStack& st) { one(grab(st, kNoIndex, &g_purge_rest), &st); });  // tier 0 holds no pages
+    // tier 0 holds no pages; the last-run slots' runs last, so that the
+    // stacks they go to are not looked at again
+    for_each_stack(1, [&](SpanStack& st) {
+      if (!done()) one(grab(st, kNoIndex, &g_purge_rest), &st);
+    });
+    if (!done()) one(grab_last_runs(kNoIndex, &g_purge_rest), nullptr);
   };
   // Everything that waited longer than the delay, and the ages of the rest.
-  pass([&](Span* s) {
-    const uint64_t age = pool_age_ms(s, now);
-    if (age >= delay)
-      give_back(s);
-    else
-      in_bucket[bucket(age)] += s->committed.load(std::memory_order_relaxed);
-  });
+  pass(
+      [&](Span* s) {
+        const uint64_t age = pool_age_ms(s, now);
+        if (age >= delay)
+          give_back(s);
+        else
+          in_bucket[bucket(age)] += s->committed.load(std::memory_order_relaxed);
+      },
+      [] { return false; });
   if (need == 0) return gave;
   // The oldest buckets whole while they do not cover `need`, then the next one
-  // in part (spans that came in since the first look are younger than any).
+  // in part (a span given back since the first look is age 0, the youngest).
   unsigned cut = kBuckets;
   for (uint64_t sum = 0; need > sum && cut > 0;) sum += in_bucket[--cut];
-  pass([&](Span* s) {
-    if (need > 0 && bucket(pool_age_ms(s, now)) >= cut) give_back(s);
-  });
+  pass(
+      [&](Span* s) {
+        if (need > 0 && bucket(pool_age_ms(s, now)) >= cut) give_back(s);
+      },
+      [&need] { return need == 0; });
   return gave;
 }
 

@@ -58,8 +58,8 @@
 // a take through a slot read no clock and touch no shared counter; the run a
 // give displaces, or one of another length that a take found while another
 // thread filled the slot, goes back through pool_give (stamped, within the
-// retain bound). take_all sweeps the slots, so every purge pass, merge and
-// fw_collect sees their runs, stamped when swept. Threads on one CPU share its
+// retain bound). Every purge pass, merge and fw_collect sweeps the slots and
+// sees their runs, stamped when swept. Threads on one CPU share its
 // slot, so a thread that frees a block and then waits keeps nothing for itself
 // (a cache per thread kept one run per waiting thread: docs/benchmarks.md,
 // Stop 46). The slots hold at most stack_count() x kLastRunMax outside the

@@ -95,6 +95,17 @@ int exhaust(std::vector<void*>& v, size_t n) {
   return err;
 }
 
+// Pins the calling thread to the CPU it runs on: in per-CPU mode a thread
+// that moved would leave spans in another CPU's cache, which it cannot reclaim.
+bool pin_here() {
+  const int c = sched_getcpu();
+  if (c < 0) return false;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(c, &one);
+  return sched_setaffinity(0, sizeof one, &one) == 0;
+}
+
 bool intact(const std::vector<void*>& v) {
   for (void* p : v)
     if (*static_cast<uint64_t*>(p) != reinterpret_cast<uintptr_t>(p)) return false;
@@ -263,9 +274,11 @@ TEST_CASE(
     "at the address-space limit, the spans a thread emptied serve a large block, and the hot spans of "
     "classes it no longer uses serve new classes") {
   // Without reclaiming them (lab_reclaim, core/lab.h) both failed with ENOMEM:
-  // the thread's LAB kept its emptied spans and its hot spans, address space
-  // the pool could not give out again.
+  // the thread's LAB (or its CPU's) kept its emptied spans and its hot spans,
+  // address space the pool could not give out again. Each child stays on one
+  // CPU, whose cache is the one it can reclaim.
   int rc = in_child([]() -> int {
+    EXPECT(1, pin_here());
     // 12 MiB of 1 KiB blocks, all freed by their thread: 48 spans its LAB
     // (or its CPU's) keeps or floats, none in use. Then 12 MiB of large
     // blocks under 2 MiB of headroom.
@@ -286,6 +299,7 @@ TEST_CASE(
   });
   CHECK(rc == 0);
   rc = in_child([]() -> int {
+    EXPECT(1, pin_here());
     // One block of each even class up to 64 KiB, freed: a hot span each (a
     // vspan of 256 KiB), every block free. Then one block of each odd class
     // under 1 MiB of headroom: only those hot spans can hold them.
