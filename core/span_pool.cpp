@@ -229,8 +229,8 @@ void give_leftover(uint32_t index, uint32_t len) {
   }
 }
 
-// Calls f on every stack of single spans from commit tier first_tier up, and
-// of runs (only the warm ones if first_tier > 0).
+// Calls visit on every stack of single spans from commit tier first_tier up,
+// and of runs (only the warm ones if first_tier > 0).
 template <class F>
 void for_each_stack(unsigned first_tier, F visit) {
   for (unsigned t = first_tier; t < kTiers; t++)
@@ -243,15 +243,16 @@ void for_each_stack(unsigned first_tier, F visit) {
   }
 }
 
-// Pops every span and run of st, counts each as taken, and chains their heads
-// through pool_next onto `chain` (they are the caller's alone until pushed
-// again; other threads may pop and push meanwhile), publishing the chain's
-// head at each step if `publish`. Returns the chain's head.
+// Puts held span i at the head of `chain`, publishing the new head if
+// `publish`; returns it.
 uint32_t link_held(uint32_t i, uint32_t chain, std::atomic<uint32_t>* publish) {
   span_at(i)->pool_next.store(chain, std::memory_order_relaxed);
   if (publish != nullptr) publish->store(i, std::memory_order_relaxed);
   return i;
 }
+// Pops every span and run of st, counts each as taken, and chains their heads
+// through pool_next onto `chain` (they are the caller's alone until pushed
+// again; other threads may pop and push meanwhile). Returns the chain's head.
 uint32_t grab(SpanStack& st, uint32_t chain, std::atomic<uint32_t>* publish) {
   for (uint32_t i = st.pop(); i != kNoIndex; i = st.pop()) {
     taken(i, span_at(i)->run_len.load(std::memory_order_relaxed));
