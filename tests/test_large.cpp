@@ -171,11 +171,15 @@ static char* top_block(size_t size, uint32_t grow, std::vector<void*>& held) {
 // ThreadSanitizer another mapping sometimes lay right after a region, which
 // then could not grow, and the block moved.
 enum Room { kNoRoom, kProbed, kReserved };
+// p's region, and the address where a run of `len` vspans from p's run's start ends.
+static const Region& region_of(const void* p) { return g_regions[span_index(span_of(p)) / kVspansPerRegion]; }
+static uintptr_t run_end_at(const void* p, uint32_t len) {
+  return region_of(p).base.load() + uintptr_t(span_index(span_of(p)) % kVspansPerRegion + len) * kVspanSize;
+}
 static Room region_room(const void* p, uint32_t len) {
-  const Span* d = span_of(p);
-  const Region& reg = g_regions[span_index(d) / kVspansPerRegion];
-  const uintptr_t base = reg.base.load(), end = base + reg.size.load();
-  const uintptr_t want = base + uintptr_t(span_index(d) % kVspansPerRegion + len) * kVspanSize;
+  const Region& reg = region_of(p);
+  const uintptr_t end = reg.base.load() + reg.size.load();
+  const uintptr_t want = run_end_at(p, len);
   if (want <= end) return kReserved;
 #ifdef MAP_FIXED_NOREPLACE
   void* at = reinterpret_cast<void*>(end);
@@ -238,7 +242,7 @@ TEST_CASE("realloc grows a large block at the heap's top in place over the fresh
   INFO("the pool keeping ", pool_retained_bytes(), "; the run ending at vspan ", run_end(small), " of its region");
   const Room small_room = region_room(small, kBigRunVspans);
   INFO("room for the grown run (0 none, 1 probed, 2 reserved): ", int(small_room), "; the region reserves ",
-       g_regions[span_index(span_of(small)) / kVspansPerRegion].size.load() / kVspanSize, " vspans");
+       region_of(small).size.load() / kVspanSize, " vspans");
   char* s4 = static_cast<char*>(fw_realloc(small, kBigRunVspans * kVspanSize));
   REQUIRE(s4 != nullptr);
   if (small_room == kProbed && s4 != small && region_room(small, kBigRunVspans) == kNoRoom) {
@@ -313,20 +317,15 @@ TEST_CASE("a region whose next reservation step would cross another mapping stil
   // would take. (Under ThreadSanitizer the space after a region may be taken
   // already: then another block is tried.)
   char* b = nullptr;
-  uint32_t need = 0;
   void* fence = MAP_FAILED;
   for (int i = 0; i < 256 && b == nullptr; i++) {
     char* c = top_block(size_t(1) << 20, kBigRunVspans, held);
     if (region_room(c, kBigRunVspans) == kProbed) {
-      const Span* d = span_of(c);
-      const uint32_t want = span_index(d) % kVspansPerRegion + kBigRunVspans;
-      void* at = reinterpret_cast<void*>(g_regions[span_index(d) / kVspansPerRegion].base.load() +
-                                         uintptr_t(want) * kVspanSize);
+      void* at = reinterpret_cast<void*>(run_end_at(c, kBigRunVspans));
       void* got =
           mmap(at, kVspanSize, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
       if (got == at) {
         b = c;
-        need = want;
         fence = got;
         break;
       }
@@ -349,8 +348,8 @@ TEST_CASE("a region whose next reservation step would cross another mapping stil
   REQUIRE(g != nullptr);
   CHECK(g == b);
   CHECK(g[(size_t(1) << 20) - 1] == 5);
-  CHECK(g_regions[span_index(span_of(g)) / kVspansPerRegion].size.load() ==
-        uint64_t(need) * kVspanSize);  // up to the mapping, not past it
+  const Region& reg = region_of(g);
+  CHECK(reg.base.load() + reg.size.load() == reinterpret_cast<uintptr_t>(fence));  // up to the mapping, not past it
   fw_free(g);
   for (void* h : held) fw_free(h);
   munmap(fence, kVspanSize);

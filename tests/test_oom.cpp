@@ -95,16 +95,17 @@ int exhaust(std::vector<void*>& v, size_t n) {
   return err;
 }
 
-// Pins the calling thread to the CPU it runs on: in per-CPU mode a thread
-// that moved would leave spans in another CPU's cache, which it cannot reclaim.
-bool pin_here() {
-  const int c = sched_getcpu();
+// Pins the calling thread to CPU c and says whether it runs there now.
+bool pin(int c) {
   if (c < 0) return false;
   cpu_set_t one;
   CPU_ZERO(&one);
   CPU_SET(c, &one);
-  return sched_setaffinity(0, sizeof one, &one) == 0;
+  return sched_setaffinity(0, sizeof one, &one) == 0 && sched_getcpu() == c;
 }
+// Pins the calling thread to the CPU it runs on: in per-CPU mode a thread
+// that moved would leave spans in another CPU's cache, which it cannot reclaim.
+bool pin_here() { return pin(sched_getcpu()); }
 
 bool intact(const std::vector<void*>& v) {
   for (void* p : v)
@@ -422,12 +423,6 @@ TEST_CASE("at the address-space limit, a thread that moves to a CPU it has not r
       std::printf("oom: one CPU only: the move to another CPU is not tried\n");
       return 0;
     }
-    auto pin = [](int c) {
-      cpu_set_t one;
-      CPU_ZERO(&one);
-      CPU_SET(c, &one);
-      return sched_setaffinity(0, sizeof one, &one) == 0 && sched_getcpu() == c;
-    };
     EXPECT(3, pin(cpus[0]));
     std::vector<void*> v;
     v.reserve(1 << 16);
