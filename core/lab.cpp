@@ -198,14 +198,18 @@ void lab_thread_exit(void* arg) {
 }
 
 // A span for class c: a reusable one first (Hoard: refill partly-empty spans
-// before growing), else one from the span-pool.
+// before growing), looked for again after a sweep of stacks that may hold one
+// (reusable.h), else one from the span-pool.
 Span* acquire_span(Lab* lab, unsigned c, void** list) {
   *list = nullptr;
-  while (Span* s = reusable_pop(c)) {
-    if (span_claim_reusable(s, c, lab, list)) {
-      percpu_caches_grew();
-      return s;
+  for (bool swept = false;; swept = true) {
+    while (Span* s = reusable_pop(c)) {
+      if (span_claim_reusable(s, c, lab, list)) {
+        percpu_caches_grew();
+        return s;
+      }
     }
+    if (swept || !reusable_sweep()) break;
   }
   Span* s = pool_take_span(class_info(c).span_bytes);
   if (s == nullptr || !span_make_hot(s, c, lab)) return nullptr;

@@ -12,6 +12,16 @@
 // lazy: a span that became FREE (or was recycled into another class) while
 // linked stays in the stack until popped; the popper then drops it or moves it
 // to the stack of its current class (span_claim_reusable).
+//
+// A span recycled into class b while still linked in class a's stack, that
+// becomes PARTIAL, is in no stack b's takers look at: until a taker of class
+// a popped it, b's takers took fresh spans from the pool while it sat half
+// empty (with a program done with class a, for as long as it lived: the
+// blowup bound broken). So such a span marks a's stack (reusable_note_linked),
+// and a taker that finds its own stack empty sweeps the marked stacks before
+// it goes to the pool (reusable_sweep): it pops every entry of each and sorts
+// them as a popper does, which moves the span to b's stack. Other spans of a
+// are pushed back; while a sweep holds them, a's takers may take from the pool.
 #pragma once
 #include <cstdint>
 
@@ -22,5 +32,11 @@ namespace fw {
 
 void reusable_push(Span* s, unsigned cls);
 Span* reusable_pop(unsigned cls);
+// s, of class cls, became PARTIAL while linked: if the stack it is linked in
+// is another class's, marks that stack for a sweep.
+void reusable_note_linked(const Span* s, unsigned cls);
+// Sorts the entries of every marked stack (above); returns whether any stack
+// was marked, so that a taker whose stack was empty looks again.
+bool reusable_sweep();
 
 }  // namespace fw

@@ -43,7 +43,9 @@ FW_INLINE bool anchor_cas(Span* s, uint64_t& expected, const Anchor& desired) {
                                          std::memory_order_acquire);
 }
 
-enum class After { kNothing, kReusable, kPool };
+// kLinked: the span became PARTIAL while linked in a reusable stack, which
+// may be another class's (reusable_note_linked).
+enum class After { kNothing, kReusable, kLinked, kPool };
 
 // State a non-hot span takes when it has `free_listed` blocks on its list.
 // Fills `next` (keeping head/count as given) and says what the caller must do.
@@ -58,7 +60,7 @@ After settle(const Span* s, const Anchor& cur, uint32_t free_listed, Anchor& nex
     if (cur.state == kPartial) return After::kNothing;
     next.state = kPartial;
     next.tag = cur.tag + 1;
-    if (cur.linked) return After::kNothing;  // still in a stack from an earlier life: found there
+    if (cur.linked) return After::kLinked;  // still in a stack from an earlier life
     next.linked = true;
     return After::kReusable;
   }
@@ -80,6 +82,8 @@ void follow_up(Span* s, After after, unsigned cls) {
     pool_give(s, 1);
   } else if (after == After::kReusable) {
     reusable_push(s, cls);
+  } else if (after == After::kLinked) {
+    reusable_note_linked(s, cls);
   }
 }
 
@@ -223,8 +227,9 @@ bool span_claim_reusable(Span* s, unsigned cls, Lab* lab, void** list) {
         w = again;
         continue;
       }
-      if (now != cls) {
-        // Recycled into another class while linked here: move it (linked stays set).
+      if (now != cls || lab == nullptr) {
+        // Recycled into another class while linked here: move it; or a sweep's
+        // span of this class: back on its stack (linked stays set).
         reusable_push(s, now);
         return false;
       }

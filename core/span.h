@@ -58,6 +58,7 @@
 //               page protection, whatever the vspan is used for).
 //   committed   the exclusive holder (pool pop/push, run alloc/free).
 //   pool_next, reuse_next  the stacks (tagged_stack.h).
+//   reuse_cls   the thread that pushes the span on a reusable stack, before the push.
 //   large_size  a large or huge head's usable bytes; while a small span is
 //               HOT, the head of its owner-side free list (own_head).
 //   own_frees   the owning LAB while HOT (own_count); stale in other states.
@@ -159,6 +160,9 @@ struct alignas(128) Span {
   std::atomic<uint32_t> reuse_next;
   std::atomic<uint64_t> large_size;
   std::atomic<uint64_t> own_frees;  // own_count (below): 64 bits, a hot span's count never wraps
+  // The class of the reusable stack reuse_next links the span into, written
+  // by its pusher before the push (reusable_push); meaningful while `linked`.
+  std::atomic<uint16_t> reuse_cls;
 };
 static_assert(sizeof(Span) == 128, "a span descriptor is two cache lines");
 // log2 of a descriptor's size: a descriptor's offset in its slice is its
@@ -227,7 +231,8 @@ uint64_t span_hot_bytes();
 // PARTIAL -> HOT for a span just popped from reusable stack cls. On success
 // returns true and sets *list to its free list (may be empty: carve). On false
 // the span was not claimable (it was dropped from the stack, or moved to the
-// stack of its current class).
+// stack of its current class). With no lab (a sweep, reusable.h) nothing is
+// claimed: a PARTIAL span of class cls goes back on cls's stack.
 bool span_claim_reusable(Span* s, unsigned cls, Lab* lab, void** list);
 
 // FULL or PARTIAL -> HOT for a span lab holds a pending chain for (so it has

@@ -17,6 +17,7 @@
 #include "freeway.h"
 #include "platform/os.h"
 #include "rng.h"
+#include "test_util.h"
 
 using namespace fw;
 
@@ -384,6 +385,63 @@ TEST_CASE("a LAB adopts a reusable span it holds a chain for while the span is s
     for (void* p : f.others) fw_free(p);
     CHECK(fw_check_heap() == 0);
   }).join();
+}
+
+TEST_CASE(
+    "a class's spans left part empty after they went through another class's reusable stack serve its next "
+    "blocks before any span from the pool (a program done with the other class)") {
+  // Class a's spans become PARTIAL (pushed on a's stack) and then FREE while
+  // still linked there; class b takes them from the pool; 90% of b's blocks
+  // are freed. Each step's frees come from a thread that exits, so they reach
+  // the spans (pending chains), and every LAB is flushed (fw_collect).
+  // On one CPU, so that every step's spans go to and come from one pool stack.
+  REQUIRE(fwtest::pin_to_first_cpu() >= 0);
+  constexpr size_t kA = 64, kB = 128, kSpans = 8;
+  const size_t na = kSpans * class_info(class_of(kA)).capacity, nb = kSpans * class_info(class_of(kB)).capacity;
+  std::vector<void*> va, vb, more;
+  auto in_thread = [](auto f) {
+    std::thread(f).join();
+    fw_collect();
+  };
+  in_thread([&] {
+    for (size_t i = 0; i < na; i++) va.push_back(fw_malloc(kA));
+  });
+  // Every other block first, so that each span is left half empty (PARTIAL)
+  // whatever batches its frees arrive in; then the rest.
+  in_thread([&] {
+    for (size_t i = 0; i < na; i += 2) fw_free(va[i]);  // PARTIAL
+  });
+  in_thread([&] {
+    for (size_t i = 1; i < na; i += 2) fw_free(va[i]);  // FREE, linked in a's stack
+  });
+  in_thread([&] {
+    for (size_t i = 0; i < nb; i++) vb.push_back(fw_malloc(kB));
+  });
+  REQUIRE(std::find(vb.begin(), vb.end(), nullptr) == vb.end());
+  const std::vector<Span*> b_spans = spans_of(vb);
+  // The test means something only if b took spans still linked in a's stack.
+  size_t linked_elsewhere = 0;
+  for (Span* sp : b_spans)
+    linked_elsewhere += Anchor::unpack(sp->anchor.load()).linked && sp->reuse_cls.load() != class_of(kB);
+  REQUIRE(linked_elsewhere > 0);
+  std::vector<void*> kept_b;
+  in_thread([&] {
+    for (size_t i = 0; i < nb; i++) (i % 10 == 0 ? kept_b : more).push_back(vb[i]);
+    for (void* p : more) fw_free(p);
+  });
+  more.clear();
+  // 80% of b's first count again: the freed 90% hold them all.
+  in_thread([&] {
+    for (size_t i = 0; i < nb * 8 / 10; i++) more.push_back(fw_malloc(kB));
+  });
+  size_t outside = 0;
+  for (void* p : more) outside += !std::binary_search(b_spans.begin(), b_spans.end(), span_of(p));
+  INFO("b's spans: ", b_spans.size(), ", of them linked in another class's stack: ", linked_elsewhere);
+  CHECK(outside == 0);
+  CHECK(fw_check_heap() == 0);
+  for (void* p : more) fw_free(p);
+  for (void* p : kept_b) fw_free(p);
+  CHECK(fw_check_heap() == 0);
 }
 
 TEST_CASE("a chain that fills before its slot is wanted is followed by one for the same span twice as long, within "

@@ -330,9 +330,13 @@ TEST_CASE("a PARTIAL span is claimed from the reusable stack with its free list"
   CHECK(anchor_of(s).state == kFree);
 }
 
-TEST_CASE("a span recycled into another class while linked is moved to its class's stack on pop") {
-  Span* s;
-  unsigned a = class_of(1024), b = class_of(96);
+namespace {
+
+// A span that went PARTIAL in class a's reusable stack and FREE while linked
+// there, taken from the pool again for class b, floated, and made PARTIAL by
+// remote frees of the first `threshold` of its blocks (returned in order): so
+// it is a PARTIAL span of b still linked in a's stack.
+std::vector<void*> partial_in_b_linked_in_a(Span*& s, unsigned a, unsigned b, uint32_t& threshold) {
   auto blocks = hot_span_all_carved(s, a);
   REQUIRE(span_float(s, &g_owner));
   for (void* p : blocks) span_free_remote(s, p);  // PARTIAL (linked in a), then FREE
@@ -349,9 +353,29 @@ TEST_CASE("a span recycled into another class while linked is moved to its class
   REQUIRE(span_make_hot(s, b, &g_owner));
   auto blocks_b = carve_all(s);
   REQUIRE(span_float(s, &g_owner));
-  uint32_t threshold = reuse_threshold(uint32_t(blocks_b.size()));
+  threshold = reuse_threshold(uint32_t(blocks_b.size()));
   for (uint32_t i = 0; i < threshold; i++) span_free_remote(s, blocks_b[i]);
   REQUIRE(anchor_of(s).state == kPartial);  // still linked in a's stack: not pushed again
+  REQUIRE(anchor_of(s).linked);
+  return blocks_b;
+}
+
+// Claims s, popped from b's stack, and gives every block back (the span goes to the pool).
+void claim_and_empty(Span* s, unsigned b, const std::vector<void*>& blocks_b, uint32_t threshold) {
+  void* list = nullptr;
+  REQUIRE(span_claim_reusable(s, b, &g_owner, &list));
+  for (uint32_t i = threshold; i < blocks_b.size(); i++) span_free_remote(s, blocks_b[i]);
+  span_release(s, list);
+  CHECK(anchor_of(s).state == kFree);
+}
+
+}  // namespace
+
+TEST_CASE("a span recycled into another class while linked is moved to its class's stack on pop") {
+  Span* s;
+  unsigned a = class_of(1024), b = class_of(96);
+  uint32_t threshold;
+  auto blocks_b = partial_in_b_linked_in_a(s, a, b, threshold);
   CHECK(reusable_pop(b) != s);
   Span* popped = reusable_pop(a);
   REQUIRE(popped == s);
@@ -359,10 +383,35 @@ TEST_CASE("a span recycled into another class while linked is moved to its class
   CHECK_FALSE(span_claim_reusable(popped, a, &g_owner, &list));  // moved to b
   Span* in_b = reusable_pop(b);
   REQUIRE(in_b == s);
-  REQUIRE(span_claim_reusable(in_b, b, &g_owner, &list));
-  for (uint32_t i = threshold; i < blocks_b.size(); i++) span_free_remote(s, blocks_b[i]);
-  span_release(s, list);
-  CHECK(anchor_of(s).state == kFree);
+  claim_and_empty(in_b, b, blocks_b, threshold);
+}
+
+TEST_CASE(
+    "a span recycled into another class while linked, once PARTIAL, marks the old stack: a sweep moves it to "
+    "its class's stack and puts the old class's own spans back") {
+  Span* s;
+  unsigned a = class_of(2048), b = class_of(160);
+  // A PARTIAL span of a's own, under s in a's stack once s is linked there.
+  Span* own;
+  auto own_blocks = hot_span_all_carved(own, a);
+  REQUIRE(span_float(own, &g_owner));
+  const uint32_t own_threshold = reuse_threshold(uint32_t(own_blocks.size()));
+  for (uint32_t i = 0; i < own_threshold; i++) span_free_remote(own, own_blocks[i]);
+  REQUIRE(anchor_of(own).state == kPartial);
+  uint32_t threshold;
+  auto blocks_b = partial_in_b_linked_in_a(s, a, b, threshold);
+  CHECK(reusable_pop(b) == nullptr);  // b's takers would not find s: it is in a's stack
+  REQUIRE(reusable_sweep());          // marked when s went PARTIAL
+  CHECK_FALSE(reusable_sweep());      // the mark is used up
+  CHECK(anchor_of(s).linked);         // moved, not dropped
+  Span* in_b = reusable_pop(b);
+  REQUIRE(in_b == s);
+  claim_and_empty(in_b, b, blocks_b, threshold);
+  // a's own span went back onto a's stack, still PARTIAL and linked.
+  CHECK(anchor_of(own).state == kPartial);
+  CHECK(anchor_of(own).linked);
+  REQUIRE(reusable_pop(a) == own);
+  claim_and_empty(own, a, own_blocks, own_threshold);
 }
 
 TEST_CASE("releasing a hot span settles it by its free count") {
