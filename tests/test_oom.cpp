@@ -96,13 +96,7 @@ int exhaust(std::vector<void*>& v, size_t n) {
 }
 
 // Pins the calling thread to CPU c and says whether it runs there now.
-bool pin(int c) {
-  if (c < 0) return false;
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(c, &one);
-  return sched_setaffinity(0, sizeof one, &one) == 0 && sched_getcpu() == c;
-}
+bool pin(int c) { return c >= 0 && fwtest::pin_to_cpu(unsigned(c)) && sched_getcpu() == c; }
 // Pins the calling thread to the CPU it runs on: in per-CPU mode a thread
 // that moved would leave spans in another CPU's cache, which it cannot reclaim.
 bool pin_here() { return pin(sched_getcpu()); }
