@@ -21,7 +21,8 @@
 // and a taker that finds its own stack empty sweeps the marked stacks before
 // it goes to the pool (reusable_sweep): it pops every entry of each and sorts
 // them as a popper does, which moves the span to b's stack. Other spans of a
-// are pushed back; while a sweep holds them, a's takers may take from the pool.
+// are pushed back; while a sweep holds them, a's takers may take from the pool
+// (and a thread stopped mid-sweep strands them: docs/design.md).
 #pragma once
 #include <cstdint>
 
