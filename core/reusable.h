@@ -7,8 +7,9 @@
 // refilled before its footprint grows (the blowup bound in docs/design.md).
 //
 // The stacks link spans through reuse_next. A span is pushed only by the
-// thread whose CAS set its anchor's `linked` bit, and `linked` is cleared only
-// by the thread that popped it, so a span is in at most one stack. Removal is
+// thread whose CAS set its anchor's `linked` bit, or again by the thread that
+// popped it (a move or a sweep, below), and `linked` is cleared only by the
+// thread that popped it, so a span is in at most one stack. Removal is
 // lazy: a span that became FREE (or was recycled into another class) while
 // linked stays in the stack until popped; the popper then drops it or moves it
 // to the stack of its current class (span_claim_reusable).
@@ -17,12 +18,14 @@
 // becomes PARTIAL, is in no stack b's takers look at: until a taker of class
 // a popped it, b's takers took fresh spans from the pool while it sat half
 // empty (with a program done with class a, for as long as it lived: the
-// blowup bound broken). So such a span marks a's stack (reusable_note_linked),
-// and a taker that finds its own stack empty sweeps the marked stacks before
-// it goes to the pool (reusable_sweep): it pops every entry of each and sorts
+// blowup bound broken). So such a span marks a's stack (reusable_note_linked;
+// a push that comes late, after the span changed class, marks it too), and a
+// taker that finds its own stack empty sweeps the marked stacks before it
+// goes to the pool (reusable_sweep): it pops every entry of each and sorts
 // them as a popper does, which moves the span to b's stack. Other spans of a
-// are pushed back; while a sweep holds them, a's takers may take from the pool
-// (and a thread stopped mid-sweep strands them: docs/design.md).
+// are pushed back. While a sweep holds a stack's entries, the takers of every
+// class with spans among them may take from the pool instead, and a thread
+// stopped mid-sweep strands them (docs/design.md).
 #pragma once
 #include <cstdint>
 

@@ -160,8 +160,9 @@ struct alignas(128) Span {
   std::atomic<uint32_t> reuse_next;
   std::atomic<uint64_t> large_size;
   std::atomic<uint64_t> own_frees;  // own_count (below): 64 bits, a hot span's count never wraps
-  // The class of the reusable stack reuse_next links the span into, written
-  // by its pusher before the push (reusable_push); meaningful while `linked`.
+  // The class of the reusable stack the span was last pushed on (or is about
+  // to be), written by its pusher before the push (reusable_push): while
+  // `linked`, the stack it is in unless a popper holds it.
   std::atomic<uint16_t> reuse_cls;
 };
 static_assert(sizeof(Span) == 128, "a span descriptor is two cache lines");

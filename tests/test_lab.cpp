@@ -394,7 +394,8 @@ TEST_CASE(
   // still linked there; class b takes them from the pool; 90% of b's blocks
   // are freed. Each step's frees come from a thread that exits, so they reach
   // the spans (pending chains), and every LAB is flushed (fw_collect).
-  // On one CPU, so that every step's spans go to and come from one pool stack.
+  // On one CPU: the pool's stack of that CPU is looked at first, so class b
+  // takes the spans a's frees gave back there before any other.
   REQUIRE(fwtest::pin_to_first_cpu() >= 0);
   constexpr size_t kA = 64, kB = 128, kSpans = 8;
   const size_t na = kSpans * class_info(class_of(kA)).capacity, nb = kSpans * class_info(class_of(kB)).capacity;
@@ -430,14 +431,22 @@ TEST_CASE(
     for (void* p : more) fw_free(p);
   });
   more.clear();
+  size_t partial = 0;
+  for (Span* sp : b_spans) partial += Anchor::unpack(sp->anchor.load()).state == kPartial;
+  fw_stats_t before;
+  fw_stats(&before);
   // 80% of b's first count again: the freed 90% hold them all.
   in_thread([&] {
     for (size_t i = 0; i < nb * 8 / 10; i++) more.push_back(fw_malloc(kB));
   });
+  fw_stats_t after;
+  fw_stats(&after);
   size_t outside = 0;
   for (void* p : more) outside += !std::binary_search(b_spans.begin(), b_spans.end(), span_of(p));
-  INFO("b's spans: ", b_spans.size(), ", of them linked in another class's stack: ", linked_elsewhere);
+  INFO("b's spans: ", b_spans.size(), ", PARTIAL: ", partial, ", linked in another class's stack: ", linked_elsewhere);
   CHECK(outside == 0);
+  const unsigned sb = sized_class(class_of(kB));
+  CHECK(after.classes[sb].spans == before.classes[sb].spans);  // no span taken for b
   CHECK(fw_check_heap() == 0);
   for (void* p : more) fw_free(p);
   for (void* p : kept_b) fw_free(p);
