@@ -388,7 +388,7 @@ TEST_CASE("a span recycled into another class while linked is moved to its class
 
 TEST_CASE(
     "a span recycled into another class while linked, once PARTIAL, marks the old stack: a sweep moves it to "
-    "its class's stack and puts the old class's own spans back") {
+    "its class's stack, drops stale entries and puts the old class's own spans back") {
   Span* s;
   unsigned a = class_of(2048), b = class_of(160);
   // A PARTIAL span of a's own, under s in a's stack once s is linked there.
@@ -400,10 +400,18 @@ TEST_CASE(
   REQUIRE(anchor_of(own).state == kPartial);
   uint32_t threshold;
   auto blocks_b = partial_in_b_linked_in_a(s, a, b, threshold);
+  // A stale entry: a span of a that went PARTIAL and then FREE, still linked.
+  Span* stale;
+  auto stale_blocks = hot_span_all_carved(stale, a);
+  REQUIRE(span_float(stale, &g_owner));
+  for (void* p : stale_blocks) span_free_remote(stale, p);
+  REQUIRE(anchor_of(stale).state == kFree);
+  REQUIRE(anchor_of(stale).linked);
   CHECK(reusable_pop(b) == nullptr);  // b's takers would not find s: it is in a's stack
   REQUIRE(reusable_sweep());          // marked when s went PARTIAL
   CHECK_FALSE(reusable_sweep());      // the mark is used up
   CHECK(anchor_of(s).linked);         // moved, not dropped
+  CHECK_FALSE(anchor_of(stale).linked);  // dropped
   Span* in_b = reusable_pop(b);
   REQUIRE(in_b == s);
   claim_and_empty(in_b, b, blocks_b, threshold);
