@@ -47,14 +47,21 @@ void* alloc_transient(unsigned c) {
 // (5,400 per pair, against 900 for the pair itself: callgrind, Stop 42).
 constexpr uint64_t kLargeSampleEvery = 64;
 std::atomic<uint64_t> g_large_calls{0};
-void* large_block(size_t n, size_t align, bool zero, size_t room = 0) {
+// held: a LAB the caller holds (secure mode's slow path, whose thread's slot
+// holds BUSY, so that lab_collect_current cannot reach it).
+void* large_block(size_t n, size_t align, bool zero, size_t room = 0, Lab* held = nullptr) {
   void* p = large_alloc(n, align, zero, room);
   if (p == nullptr && large_in_run(n, align)) {
-    // The calling thread's spans may be what the block's run needs (lab.h,
-    // lab_reclaim). A huge block takes a region of its own, which spans given
-    // back to the pool cannot make room for.
-    lab_collect_current(Collect::kAll);
-    percpu_reclaim();
+    // The caller's spans may be what the block's run needs (lab.h,
+    // lab_reclaim): those of the LAB it holds, else its thread's or its CPU's.
+    // A huge block takes a region of its own, which spans given back to the
+    // pool cannot make room for.
+    if (held != nullptr) {
+      lab_reclaim(held);
+    } else {
+      lab_collect_current(Collect::kAll);
+      percpu_reclaim();
+    }
     p = large_alloc(n, align, zero, room);
   }
   if (p != nullptr && stats_large_rose() &&
@@ -67,15 +74,7 @@ void* large_block(size_t n, size_t align, bool zero, size_t room = 0) {
 // aligned to `align`, from LAB `from` (a thread's or a transient one), formatted.
 void* secure_block(Lab* from, unsigned c, size_t n, size_t align) {
   unsigned sc = secure_class(c, n, align);
-  if (sc == kClassCount) {
-    // large_block cannot reclaim `from` (the slot holds BUSY): this holder can.
-    void* p = large_block(n, align, false);
-    if (p == nullptr && large_in_run(n, align)) {
-      lab_reclaim(from);
-      p = large_block(n, align, false);
-    }
-    return p;
-  }
+  if (sc == kClassCount) return large_block(n, align, false, 0, from);
   void* p = lab_refill(from, sc);
   if (p != nullptr) secure_format(p, class_block_size(sc), n);
   return p;

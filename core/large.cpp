@@ -148,8 +148,7 @@ static void run_grew(Span* head, uint32_t len, uint32_t n) {
 void* large_alloc(size_t size, size_t align, bool zero, size_t room) {
   if (align < kMinAlign) align = kMinAlign;
   if (size == 0) size = 1;  // a unique block, as for malloc(0)
-  size_t extra = align > kVspanSize ? align - kVspanSize : 0;
-  size_t total = size + extra;
+  size_t total = size + large_align_extra(align);
   if (total < size || size > kLargeRequestMax || align > kLargeRequestMax || room > kLargeRequestMax) return nullptr;
   if (!arena_init()) return nullptr;  // this may be the process's first allocation
   if (!large_in_run(size, align)) return huge_alloc(size, align, zero, room);

@@ -23,12 +23,13 @@ namespace fw {
 // The largest size, alignment or room large_alloc takes: the 48-bit address
 // space has no room for more (a bigger request fails at once).
 constexpr size_t kLargeRequestMax = size_t(1) << 47;
+// What an alignment adds to a large block's run or region: their bases are
+// vspan-aligned, so a bigger alignment adds its excess.
+constexpr size_t large_align_extra(size_t align) { return align > kVspanSize ? align - kVspanSize : 0; }
 // Whether large_alloc serves a block of size bytes aligned to align from a
-// run of the span-pool (else a huge region of its own, or nothing): a run's
-// base is vspan-aligned, so a bigger alignment adds its excess to the run.
+// run of the span-pool (else a huge region of its own, or nothing).
 constexpr bool large_in_run(size_t size, size_t align) {
-  const size_t extra = align > kVspanSize ? align - kVspanSize : 0;
-  return size <= kLargeMax && extra <= kLargeMax - size;
+  return size <= kLargeMax && large_align_extra(align) <= kLargeMax - size;
 }
 
 // Returns a block of at least size bytes aligned to align (a power of two), or
