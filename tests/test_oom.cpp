@@ -312,7 +312,6 @@ TEST_CASE(
     kept.reserve(sizes.size());
     EXPECT(3, limit_as(vm_size() + 1 * MiB));
     for (size_t i = 1; i < sizes.size(); i += 2) {
-      errno = 0;
       void* p = malloc(sizes[i]);
       if (p == nullptr) std::fprintf(stderr, "oom child: malloc(%zu) failed\n", sizes[i]);
       EXPECT(4, p != nullptr);
