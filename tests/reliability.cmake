@@ -43,6 +43,15 @@ if(TARGET test_misuse)
                          PROPERTIES TIMEOUT ${FW_RELIABILITY_TIMEOUT} LABELS override ENVIRONMENT FREEWAY_SECURE=1)
 endif()
 
+# test_oom again in secure mode: an allocation that finds no memory reclaims
+# the LAB its slow path holds, whose quarantine keeps spans in use (the
+# large-block case frees in an order that leaves a quarantined block in most
+# spans). EXTRA_ARGS of its own, as for test_misuse above.
+if(TARGET test_oom)
+  doctest_discover_tests(test_oom TEST_PREFIX "secure_mode." EXTRA_ARGS --no-intro=true
+                         PROPERTIES TIMEOUT ${FW_RELIABILITY_TIMEOUT} LABELS override ENVIRONMENT FREEWAY_SECURE=1)
+endif()
+
 # The fuzz harness (tests/fuzz/harness.cpp) as a plain program linked to the
 # core without the malloc override: it replays every input kept in
 # tests/fuzz/seeds and tests/fuzz/regressions (tools/fuzz builds the libFuzzer

@@ -270,18 +270,29 @@ TEST_CASE(
     "classes it no longer uses serve new classes") {
   // Without reclaiming them (lab_reclaim, core/lab.h) both failed with ENOMEM:
   // the thread's LAB (or its CPU's) kept its emptied spans and its hot spans,
-  // address space the pool could not give out again. Each child stays on one
-  // CPU, whose cache is the one it can reclaim.
-  int rc = in_child([]() -> int {
+  // address space the pool could not give out again; in secure mode, its
+  // quarantine kept the spans in use (tests/reliability.cmake runs this
+  // binary again with FREEWAY_SECURE=1). Each child stays on one CPU, whose
+  // cache is the one it can reclaim.
+  // 12 MiB of 1 KiB blocks, all freed by their thread: 48 spans its LAB (or
+  // its CPU's) keeps or floats, none in use. They are freed in 64 passes, each
+  // taking every 64th block, so each pass frees a few blocks of every span: in
+  // secure mode the quarantine's blocks (the last ones freed,
+  // core/secure_heap.h) then keep most spans in use until a failure flushes it.
+  // Then 2 MiB of headroom. 0, or the check that failed.
+  auto emptied_spans = []() -> int {
     EXPECT(1, pin_here());
-    // 12 MiB of 1 KiB blocks, all freed by their thread: 48 spans its LAB
-    // (or its CPU's) keeps or floats, none in use. Then 12 MiB of large
-    // blocks under 2 MiB of headroom.
     std::vector<void*> v;
     v.reserve(12 * 1024);
     EXPECT(2, exhaust(v, 1024) == 0);
-    for (void* p : v) free(p);
+    for (size_t k = 0; k < 64; k++)
+      for (size_t i = k; i < v.size(); i += 64) free(v[i]);
     EXPECT(3, limit_as(vm_size() + 2 * MiB));
+    return 0;
+  };
+  // 12 MiB of large blocks.
+  int rc = in_child([&emptied_spans]() -> int {
+    if (int failed = emptied_spans()) return failed;
     void* big = malloc(4 * MiB);
     EXPECT(4, big != nullptr);
     void* bigger = malloc(8 * MiB);
@@ -290,6 +301,26 @@ TEST_CASE(
     std::memset(bigger, 8, 8 * MiB);
     free(big);
     free(bigger);
+    return 0;
+  });
+  CHECK(rc == 0);
+  // 6 MiB in blocks of 128 KiB, the largest small size. Secure mode makes each
+  // a large block (a small one has no room for its tail), allocated on the
+  // slow path that holds the thread's LAB (secure_block), so a failure there
+  // must reclaim that LAB: the one its thread slot no longer names.
+  rc = in_child([&emptied_spans]() -> int {
+    if (int failed = emptied_spans()) return failed;
+    constexpr size_t kLargestSmall = 128 * 1024;
+    std::vector<void*> got;
+    got.reserve(48);
+    for (size_t i = 0; i < 48; i++) {
+      void* p = malloc(kLargestSmall);
+      if (p == nullptr) std::fprintf(stderr, "oom child: block %zu of 128 KiB failed\n", i);
+      EXPECT(4, p != nullptr);
+      std::memset(p, 3, kLargestSmall);
+      got.push_back(p);
+    }
+    for (void* p : got) free(p);
     return 0;
   });
   CHECK(rc == 0);
