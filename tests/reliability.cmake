@@ -52,6 +52,17 @@ if(TARGET test_oom)
                          PROPERTIES TIMEOUT ${FW_RELIABILITY_TIMEOUT} LABELS override ENVIRONMENT FREEWAY_SECURE=1)
 endif()
 
+# Secure mode's slow paths are its own (quarantine, formatted blocks, the
+# LAB a call holds while its slot says SECURE): the signal, kill, fork and
+# thread-lifecycle programs run again in it, whole.
+foreach(t test_signal_safety test_kill_tolerance test_fork test_lifecycle)
+  if(TARGET ${t})
+    add_test(NAME secure_mode.${t} COMMAND ${t})
+    set_tests_properties(secure_mode.${t} PROPERTIES TIMEOUT ${FW_RELIABILITY_TIMEOUT} ENVIRONMENT FREEWAY_SECURE=1
+                                                      LABELS override)
+  endif()
+endforeach()
+
 # The fuzz harness (tests/fuzz/harness.cpp) as a plain program linked to the
 # core without the malloc override: it replays every input kept in
 # tests/fuzz/seeds and tests/fuzz/regressions (tools/fuzz builds the libFuzzer
