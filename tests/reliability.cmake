@@ -45,7 +45,7 @@ endif()
 
 # test_oom again in secure mode: an allocation that finds no memory reclaims
 # the LAB its slow path holds, whose quarantine keeps spans in use (the
-# large-block case frees in an order that leaves a quarantined block in most
+# reclaim case frees in an order that leaves a quarantined block in most
 # spans). EXTRA_ARGS of its own, as for test_misuse above.
 if(TARGET test_oom)
   doctest_discover_tests(test_oom TEST_PREFIX "secure_mode." EXTRA_ARGS --no-intro=true

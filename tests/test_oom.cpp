@@ -268,12 +268,13 @@ TEST_CASE("at the address-space limit, small blocks and one-span large blocks co
 TEST_CASE(
     "at the address-space limit, the spans a thread emptied serve a large block, and the hot spans of "
     "classes it no longer uses serve new classes") {
-  // Without reclaiming them (lab_reclaim, core/lab.h) both failed with ENOMEM:
-  // the thread's LAB (or its CPU's) kept its emptied spans and its hot spans,
-  // address space the pool could not give out again; in secure mode, its
-  // quarantine kept the spans in use (tests/reliability.cmake runs this
-  // binary again with FREEWAY_SECURE=1). Each child stays on one CPU, whose
-  // cache is the one it can reclaim.
+  // Without reclaiming them (lab_reclaim, core/lab.h) the first and last
+  // children failed with ENOMEM: the thread's LAB (or its CPU's) kept its
+  // emptied spans and its hot spans, address space the pool could not give
+  // out again. The second fails so in secure mode without the reclaim of the
+  // LAB its slow path holds, whose quarantine keeps the spans in use
+  // (tests/reliability.cmake runs this binary again with FREEWAY_SECURE=1).
+  // Each child stays on one CPU, whose cache is the one it can reclaim.
   // 12 MiB of 1 KiB blocks, all freed by their thread: 48 spans its LAB (or
   // its CPU's) keeps or floats, none in use. They are freed in 64 passes, each
   // taking every 64th block, so each pass frees a few blocks of every span: in
@@ -310,7 +311,7 @@ TEST_CASE(
   // must reclaim that LAB: the one its thread slot no longer names.
   rc = in_child([&emptied_spans]() -> int {
     if (int failed = emptied_spans()) return failed;
-    constexpr size_t kLargestSmall = 128 * 1024;
+    constexpr size_t kLargestSmall = 128 * 1024;  // kSmallMax, core/config.h
     std::vector<void*> got;
     got.reserve(48);
     for (size_t i = 0; i < 48; i++) {
