@@ -46,6 +46,16 @@ std::vector<void*> hot_span_all_carved(Span*& s, unsigned c) {
   return carve_all(s);
 }
 
+// Floats hot span s, all of whose `blocks` are in use, and frees the first
+// reuse_threshold of them remotely: s becomes PARTIAL. Returns that threshold.
+uint32_t float_to_partial(Span* s, const std::vector<void*>& blocks) {
+  REQUIRE(span_float(s, &g_owner));
+  const uint32_t threshold = reuse_threshold(uint32_t(blocks.size()));
+  for (uint32_t i = 0; i < threshold; i++) span_free_remote(s, blocks[i]);
+  REQUIRE(anchor_of(s).state == kPartial);
+  return threshold;
+}
+
 }  // namespace
 
 TEST_CASE("a span's reuse threshold is exactly FREEWAY_REUSE_PERCENT of its blocks, rounded up") {
@@ -309,10 +319,7 @@ TEST_CASE("a PARTIAL span is claimed from the reusable stack with its free list"
   Span* s;
   unsigned c = class_of(512);
   auto blocks = hot_span_all_carved(s, c);
-  REQUIRE(span_float(s, &g_owner));
-  uint32_t threshold = reuse_threshold(uint32_t(blocks.size()));
-  for (uint32_t i = 0; i < threshold; i++) span_free_remote(s, blocks[i]);
-  REQUIRE(anchor_of(s).state == kPartial);
+  const uint32_t threshold = float_to_partial(s, blocks);
   Lab other;
   Span* popped = reusable_pop(c);
   REQUIRE(popped == s);
@@ -352,11 +359,8 @@ std::vector<void*> partial_in_b_linked_in_a(Span*& s, unsigned a, unsigned b, ui
   for (Span* o : others) pool_give(o, 1);
   REQUIRE(span_make_hot(s, b, &g_owner));
   auto blocks_b = carve_all(s);
-  REQUIRE(span_float(s, &g_owner));
-  threshold = reuse_threshold(uint32_t(blocks_b.size()));
-  for (uint32_t i = 0; i < threshold; i++) span_free_remote(s, blocks_b[i]);
-  REQUIRE(anchor_of(s).state == kPartial);  // still linked in a's stack: not pushed again
-  REQUIRE(anchor_of(s).linked);
+  threshold = float_to_partial(s, blocks_b);
+  REQUIRE(anchor_of(s).linked);  // still linked in a's stack: not pushed again
   return blocks_b;
 }
 
@@ -394,10 +398,7 @@ TEST_CASE(
   // A PARTIAL span of a's own, under s in a's stack once s is linked there.
   Span* own;
   auto own_blocks = hot_span_all_carved(own, a);
-  REQUIRE(span_float(own, &g_owner));
-  const uint32_t own_threshold = reuse_threshold(uint32_t(own_blocks.size()));
-  for (uint32_t i = 0; i < own_threshold; i++) span_free_remote(own, own_blocks[i]);
-  REQUIRE(anchor_of(own).state == kPartial);
+  const uint32_t own_threshold = float_to_partial(own, own_blocks);
   uint32_t threshold;
   auto blocks_b = partial_in_b_linked_in_a(s, a, b, threshold);
   // A stale entry: a span of a that went PARTIAL and then FREE, still linked.
