@@ -348,18 +348,15 @@ void kept_drop(Lab* lab, unsigned c, unsigned i) {
   if (lab->kept_n[c] == 0) lab->kept_classes &= ~(uint64_t(1) << c);
 }
 
-// Drops the entries of class c that name s, which comes to lab from the
-// shared stacks or a chain's adoption to be its hot span of class c: stale
-// ones (kept_live, lab.h), left when another thread's free took s to the pool
-// while lab kept it. While lab owns s no entry of class c names it but the one
-// it is kept at, so dropping them here, and not at each keep, keeps s from
-// being listed twice (lab.h) at one read of the class's entries a span taken,
-// not a switch: spans of 16-128 KiB blocks hold 2 to 16, and their switches
-// come every few blocks.
-void kept_forget(Lab* lab, unsigned c, const Span* s) {
+// Drops the entries of class c other than `except` that name s: stale ones
+// (kept_live, lab.h), left when another thread's free took s to the pool
+// while lab kept it, before s is kept again, so that it is never listed
+// twice.
+void kept_forget(Lab* lab, unsigned c, const Span* s, unsigned except) {
   const HolderField<Span*>* e = &lab->kept_at(c, 0);
   for (unsigned i = 0; i < lab->kept_n[c];) {
-    if (*e == s) {
+    if (i != except && *e == s) {
+      if (except == lab->kept_n[c] - 1u) except = i;  // the entry kept moves into i
       kept_drop(lab, c, i);  // the last entry moves into i: i is read again
     } else {
       i++;
@@ -368,12 +365,22 @@ void kept_forget(Lab* lab, unsigned c, const Span* s) {
   }
 }
 
-// Span s, which stopped being lab's hot span of class c (hot_leave), becomes
-// kept entry i, already counted: its anchor's kept bit is set last, after its
-// own list was reset (span_keep). No other entry of class c names s
-// (kept_forget).
+// Span s, lab's hot span of class c until now (hot_leave), becomes kept entry
+// i, already counted: its anchor's kept bit is set last, after its own list
+// was reset (span_keep). Stale entries naming s are dropped first if s came
+// from outside lab since it last was (hot_fresh): while lab owns s no entry of
+// class c names it but the one it is kept at, so its later keeps need no
+// look. That is one read of the class's entries a span that came and was
+// kept, where a read at every keep took 97 of 545 instructions a pair for
+// 8-128 KiB blocks replaced at random (their spans hold 2 to 32 blocks and
+// switch every few), and a read as each span came cost sizesweep's spans that
+// float unkept once the kept budget is spent.
 void kept_set(Lab* lab, unsigned c, unsigned i, Span* s) {
   lab->kept_at(c, i) = s;
+  if (FW_UNLIKELY((lab->hot_fresh >> c) & 1)) {
+    kept_forget(lab, c, s, i);
+    lab->hot_fresh &= ~(uint64_t(1) << c);
+  }
   span_keep(s);
 }
 
@@ -390,9 +397,11 @@ void kept_release(Lab* lab, unsigned c, unsigned i) {
 }
 
 // Span s becomes lab's hot span of class c: its owner's frees go onto free[c]
-// (own_at, span.h), counted in its own count, whose list stays empty.
-void hot_enter(Lab* lab, unsigned c, Span* s) {
+// (own_at, span.h), counted in its own count, whose list stays empty. fresh:
+// s came from outside lab (hot_fresh).
+void hot_enter(Lab* lab, unsigned c, Span* s, bool fresh) {
   lab->hot[c] = s;
+  lab->hot_fresh = (lab->hot_fresh & ~(uint64_t(1) << c)) | (uint64_t(fresh) << c);
   s->own_at.store(own_hot_at(lab, c), std::memory_order_relaxed);
 }
 
@@ -504,7 +513,7 @@ bool kept_switch(Lab* lab, unsigned c) {
     hot_leave(lab, c, old);
     kept_set(lab, c, found, old);              // exhausted: free[c] is empty (lab_refill)
     lab->lists[c].head = own_take(lab, s, c);  // empty if its free blocks are remote: collected next
-    hot_enter(lab, c, s);
+    hot_enter(lab, c, s, false);
     return true;
   }
 }
@@ -818,7 +827,7 @@ void* lab_refill(Lab* lab, unsigned c) {
       if (lab->hot[c] != nullptr) {
         hot_leave(lab, c, s);  // before the span can have another owner
         if (!span_float(s, lab)) {  // remote frees arrived: collect them
-          hot_enter(lab, c, s);
+          hot_enter(lab, c, s, (lab->hot_fresh >> c) & 1);  // as it was
           continue;
         }
         lab->hot[c] = nullptr;
@@ -837,8 +846,7 @@ void* lab_refill(Lab* lab, unsigned c) {
       }
     }
     own_set(s, nullptr, 0);  // large_size meant another thing until now, own_frees another span's (span.h)
-    kept_forget(lab, c, s);  // stale entries, if lab kept s before
-    hot_enter(lab, c, s);
+    hot_enter(lab, c, s, true);  // stale entries may name s, if lab kept it before
     lab->lists[c].head = list;
     if (list == nullptr) {
       if (void* p = span_carve_take(s, &lab->lists[c].head)) return handed_out(lab, c, p);
@@ -992,8 +1000,9 @@ bool lab_is_valid(const Lab* lab) {
         ok = report_invariant("lab: an empty kept entry", c);
         continue;
       }
-      // Stale entries too: the one that named it went when it came back (kept_forget).
-      if (s == lab->hot[c]) ok = report_invariant("lab: an entry names the hot span", span_index(s));
+      // Stale entries too, unless it came from outside and was not kept since (kept_set).
+      if (s == lab->hot[c] && ((lab->hot_fresh >> c) & 1) == 0)
+        ok = report_invariant("lab: an entry names the hot span", span_index(s));
       if (!kept_live(lab, c, s)) continue;  // stale: a freer took its span (span_keep)
       if (s == lab->hot[c] || s->own_at.load(std::memory_order_relaxed) != own_list_at(s))
         ok = report_invariant("lab: kept span is the hot one, or its frees go elsewhere", span_index(s));

@@ -62,8 +62,9 @@
 //   with the kept bit, owner == this LAB, class c) are distinct and none of
 //   them hot[c]; the others are stale entries of spans another thread's free
 //   took (span.h, span_keep), which may name any span but none of the live
-//   ones of class c nor hot[c] (kept_forget drops them as a span comes back
-//   to be hot[c]: lab.cpp); hot[c] has the kept bit clear; kept_bytes is the sum of
+//   ones of class c, nor hot[c] unless bit c of hot_fresh is set (kept_set
+//   drops them as it keeps a span that came back: lab.cpp); hot[c] has the
+//   kept bit clear; kept_bytes is the sum of
 //   the entries' span_bytes over all classes, at most kKeptBytes; only per-thread and CPU LABs outside
 //   secure mode keep spans (keeps_spans), every other LAB has kept_n[c] == 0,
 //   and a CPU LAB's kept_n[c] <= kKeptSpansCpu (kept_spans_most); bit c
@@ -365,6 +366,10 @@ struct Lab {
   HolderField<uint16_t> kept_n[kClassCount];     // kept spans of each class (kept_at)
   HolderField<uint16_t> kept_look[kClassCount];  // where kept_switch's next look starts
   uint64_t kept_classes;  // bit c: kept_n[c] > 0 (release_empty_kept visits only those classes)
+  // Bit c: hot[c] came from the shared stacks or a chain's adoption and was
+  // not kept since, so a stale entry of class c may name it (kept_set drops
+  // them as it keeps it).
+  uint64_t hot_fresh;
   std::atomic<uint32_t> kind;
   uint32_t id;
   std::atomic<uint64_t> parked_at;  // os::now_ns() when it was parked (kLabParked)
