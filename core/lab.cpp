@@ -367,14 +367,14 @@ void kept_forget(Lab* lab, unsigned c, const Span* s, unsigned except) {
 
 // Span s, lab's hot span of class c until now (hot_leave), becomes kept entry
 // i, already counted: its anchor's kept bit is set last, after its own list
-// was reset (span_keep). Stale entries naming s are dropped first if s came
-// from outside lab since it last was (hot_fresh): while lab owns s no entry of
-// class c names it but the one it is kept at, so its later keeps need no
-// look. That is one read of the class's entries a span that came and was
-// kept, where a read at every keep took 97 of 545 instructions a pair for
-// 8-128 KiB blocks replaced at random (their spans hold 2 to 32 blocks and
-// switch every few), and a read as each span came cost sizesweep's spans that
-// float unkept once the kept budget is spent.
+// was reset (span_keep). If s came from outside lab and was not kept since
+// (hot_fresh), stale entries naming s are dropped first; while lab owns s no
+// other entry of class c can name it, so its later keeps need no look. So the
+// class's entries are read once a span that came and was kept: reading them
+// at every keep took 97 of 545 instructions a pair for 8-128 KiB blocks
+// replaced at random (a span holds 2 to 32, so the hot span is kept again
+// every few blocks), and reading them as each span came cost sizesweep, whose
+// spans mostly float unkept once the kept budget is spent.
 void kept_set(Lab* lab, unsigned c, unsigned i, Span* s) {
   lab->kept_at(c, i) = s;
   if (FW_UNLIKELY((lab->hot_fresh >> c) & 1)) {

@@ -64,8 +64,8 @@
 //   took (span.h, span_keep), which may name any span but none of the live
 //   ones of class c, nor hot[c] unless bit c of hot_fresh is set (kept_set
 //   drops them as it keeps a span that came back: lab.cpp); hot[c] has the
-//   kept bit clear; kept_bytes is the sum of
-//   the entries' span_bytes over all classes, at most kKeptBytes; only per-thread and CPU LABs outside
+//   kept bit clear; kept_bytes is the sum of the entries' span_bytes over
+//   all classes, at most kKeptBytes; only per-thread and CPU LABs outside
 //   secure mode keep spans (keeps_spans), every other LAB has kept_n[c] == 0,
 //   and a CPU LAB's kept_n[c] <= kKeptSpansCpu (kept_spans_most); bit c
 //   of kept_classes is set iff kept_n[c] > 0; kept_next <= kClassCount;
@@ -417,7 +417,7 @@ FW_INLINE bool kept_has_room(const Lab* lab, unsigned c) {
 // free that empties a kept span takes it to the pool (span.h, span_keep), and
 // the entry stays until the holder drops it: at its next look at the entry,
 // when it claims the span (span_unkeep fails), or when the span comes back to
-// it as a hot span (kept_forget, lab.cpp). Until then the
+// it and is kept again (kept_set, lab.cpp). Until then the
 // entry counts in kept_n and kept_bytes, and its span's own count is not the
 // LAB's frees (lab_frees_of): the freer counted them. The span may be anything
 // by then, even another LAB's kept span of another class; the figures read

@@ -52,6 +52,15 @@ bool is_kept(const Span* s, unsigned c) {
   return false;
 }
 
+// Lists s as a kept span of class c of lab, as a stale entry stands (the
+// span taken by another thread's free) before the LAB's next look drops it.
+void put_stale_entry(Lab* lab, unsigned c, Span* s) {
+  REQUIRE(kept_has_room(lab, c));
+  lab->kept_at(c, lab->kept_n[c]++) = s;
+  lab->kept_bytes += class_info(c).span_bytes;
+  lab->kept_classes |= uint64_t(1) << c;
+}
+
 // Mallocs one block of `size` into *out; true if that made the thread take a
 // span from the shared stacks: its hot span of the class (*hot, kept up to
 // date) changed to one that was not among its kept spans.
@@ -478,11 +487,7 @@ TEST_CASE(
     // Blocks of class a until x comes back from the pool as hot[a], the
     // stale entry there all along (put back if a look dropped it).
     const auto put_back_stale = [&] {
-      if (is_kept(x, a)) return;
-      REQUIRE(kept_has_room(lab, a));
-      lab->kept_at(a, lab->kept_n[a]++) = x;
-      lab->kept_bytes += class_info(a).span_bytes;
-      lab->kept_classes |= uint64_t(1) << a;
+      if (!is_kept(x, a)) put_stale_entry(lab, a, x);
     };
     std::vector<void*> more;
     for (uint32_t i = 0; i < 64 * class_info(a).capacity && lab->hot[a] != x; i++) {
@@ -495,7 +500,7 @@ TEST_CASE(
       put_back_stale();                         // the malloc that took x may have dropped it first
       CHECK(((lab->hot_fresh >> a) & 1) != 0);  // marked: an entry may name the hot span
       CHECK(lab_is_valid(lab));
-      // x runs out, its switch drops the stale entry, and x is kept: one entry.
+      // x runs out and is kept, the stale entry dropped first: one entry.
       while (lab->hot[a] == x) more.push_back(fw_malloc(kSize));
       CHECK(kept_live(lab, a, x));
       unsigned entries = 0;
@@ -540,12 +545,7 @@ TEST_CASE(
       // The stale entry in class a: the LAB's acquisitions for b may have
       // looked at it and dropped it already (release_empty_kept); if so it is
       // put back, as it stands when a LAB's first look at it comes later.
-      if (!is_kept(x, a)) {
-        REQUIRE(kept_has_room(lab, a));
-        lab->kept_at(a, lab->kept_n[a]++) = x;
-        lab->kept_bytes += class_info(a).span_bytes;
-        lab->kept_classes |= uint64_t(1) << a;
-      }
+      if (!is_kept(x, a)) put_stale_entry(lab, a, x);
       CHECK(!kept_live(lab, a, x));
       CHECK(!span_unkeep(x, lab, a));  // a claim through it fails: x is b's
       CHECK(kept_live(lab, b, x));
