@@ -52,6 +52,23 @@ bool is_kept(const Span* s, unsigned c) {
   return false;
 }
 
+// Called by a thread pinned to the first CPU: fills three spans, and another
+// thread on that CPU frees every block of the first, which its free takes to
+// the pool (that CPU's stack), leaving this LAB's entry for it stale. Returns
+// that span, with the blocks still in use in *v.
+Span* first_taken_by_freer(std::vector<void*>* v) {
+  std::vector<Span*> spans;
+  *v = fill_spans(3, &spans);
+  Span* x = spans[0];
+  std::vector<void*> first = blocks_of(*v, x);
+  std::thread([&] {
+    REQUIRE(fwtest::pin_to_first_cpu() >= 0);
+    for (void* p : first) fw_free(p);
+  }).join();
+  REQUIRE(state_of(x) == kFree);  // taken; the entry is stale
+  return x;
+}
+
 // Lists s as a kept span of class c of lab, as a stale entry stands (the
 // span taken by another thread's free) before the LAB's next look drops it.
 void put_stale_entry(Lab* lab, unsigned c, Span* s) {
@@ -473,16 +490,9 @@ TEST_CASE(
   std::thread([] {
     REQUIRE(fwtest::pin_to_first_cpu() >= 0);  // with the freer below: one CPU's pool stack
     const unsigned a = class_of(kSize);
-    std::vector<Span*> spans;
-    std::vector<void*> v = fill_spans(3, &spans);
-    Lab* lab = lab_current();  // bound by the first malloc
-    Span* x = spans[0];
-    std::vector<void*> first = blocks_of(v, x);
-    std::thread([&] {
-      REQUIRE(fwtest::pin_to_first_cpu() >= 0);
-      for (void* p : first) fw_free(p);
-    }).join();
-    REQUIRE(state_of(x) == kFree);  // taken; the entry in class a is stale
+    std::vector<void*> v;
+    Span* x = first_taken_by_freer(&v);
+    Lab* lab = lab_current();
     REQUIRE(is_kept(x, a));
     // Blocks of class a until x comes back from the pool as hot[a], the
     // stale entry there all along (put back if a look dropped it).
@@ -522,16 +532,9 @@ TEST_CASE(
   std::thread([] {
     REQUIRE(fwtest::pin_to_first_cpu() >= 0);  // with the freer below: one CPU's pool stack
     const unsigned a = class_of(kSize), b = class_of(4 * kSize);
-    std::vector<Span*> spans;
-    std::vector<void*> v = fill_spans(3, &spans);
-    Lab* lab = lab_current();  // bound by the first malloc
-    Span* x = spans[0];
-    std::vector<void*> first = blocks_of(v, x);
-    std::thread([&] {
-      REQUIRE(fwtest::pin_to_first_cpu() >= 0);
-      for (void* p : first) fw_free(p);
-    }).join();
-    REQUIRE(state_of(x) == kFree);  // taken; the entry in class a is stale
+    std::vector<void*> v;
+    Span* x = first_taken_by_freer(&v);
+    Lab* lab = lab_current();
     // Blocks of class b until x is this LAB's hot span of b, then until it
     // runs out and is kept there.
     std::vector<void*> other;
