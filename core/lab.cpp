@@ -358,9 +358,8 @@ void kept_forget(Lab* lab, unsigned c, const Span* s, unsigned except) {
     if (i != except && *e == s) {
       if (except == lab->kept_n[c] - 1u) except = i;  // the entry kept moves into i
       kept_drop(lab, c, i);  // the last entry moves into i: i is read again
-    } else {
-      i++;
-      e = lab->kept_after(c, i, e);
+    } else if (++i < lab->kept_n[c]) {
+      e = lab->kept_after(c, i, e);  // not past the last: entry kKeptSpans is past the array
     }
   }
 }

@@ -389,7 +389,7 @@ struct Lab {
   const HolderField<Span*>& kept_at(unsigned c, unsigned i) const {
     return kept_groups[i / kKeptGroup][c][i % kKeptGroup];
   }
-  // Entry i of class c, given e, entry i - 1: the next one within a group,
+  // Entry i < kept_n[c] of class c, given e, entry i - 1: the next one within a group,
   // found again only past one. Loops over a class's entries step with it:
   // indexing each entry took seven more instructions a read (GCC 12).
   const HolderField<Span*>* kept_after(unsigned c, unsigned i, const HolderField<Span*>* e) const {
