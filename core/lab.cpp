@@ -376,7 +376,7 @@ void kept_forget(Lab* lab, unsigned c, const Span* s, unsigned except) {
 // spans mostly float unkept once the kept budget is spent.
 void kept_set(Lab* lab, unsigned c, unsigned i, Span* s) {
   lab->kept_at(c, i) = s;
-  if (FW_UNLIKELY((lab->hot_fresh >> c) & 1)) {
+  if (FW_UNLIKELY(hot_is_fresh(lab, c))) {
     kept_forget(lab, c, s, i);
     lab->hot_fresh &= ~(uint64_t(1) << c);
   }
@@ -826,7 +826,7 @@ void* lab_refill(Lab* lab, unsigned c) {
       if (lab->hot[c] != nullptr) {
         hot_leave(lab, c, s);  // before the span can have another owner
         if (!span_float(s, lab)) {  // remote frees arrived: collect them
-          hot_enter(lab, c, s, (lab->hot_fresh >> c) & 1);  // as it was
+          hot_enter(lab, c, s, hot_is_fresh(lab, c));  // as it was
           continue;
         }
         lab->hot[c] = nullptr;
@@ -1000,7 +1000,7 @@ bool lab_is_valid(const Lab* lab) {
         continue;
       }
       // Stale entries too, unless it came from outside and was not kept since (kept_set).
-      if (s == lab->hot[c] && ((lab->hot_fresh >> c) & 1) == 0)
+      if (s == lab->hot[c] && !hot_is_fresh(lab, c))
         ok = report_invariant("lab: an entry names the hot span", span_index(s));
       if (!kept_live(lab, c, s)) continue;  // stale: a freer took its span (span_keep)
       if (s == lab->hot[c] || s->own_at.load(std::memory_order_relaxed) != own_list_at(s))

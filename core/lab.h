@@ -408,6 +408,9 @@ struct Lab {
 FW_INLINE unsigned kept_spans_most(const Lab* lab) {
   return lab->kind.load(std::memory_order_relaxed) == kLabCpu ? kKeptSpansCpu : kKeptSpans;
 }
+// Whether lab's hot span of class c came from outside it and was not kept
+// since (Lab::hot_fresh): a stale entry of class c may name it.
+FW_INLINE bool hot_is_fresh(const Lab* lab, unsigned c) { return ((lab->hot_fresh >> c) & 1) != 0; }
 // Whether lab may keep one more span of class c (kept spans, above).
 FW_INLINE bool kept_has_room(const Lab* lab, unsigned c) {
   return lab->kept_n[c] < kept_spans_most(lab) && lab->kept_bytes + class_info(c).span_bytes <= kKeptBytes;

@@ -508,7 +508,7 @@ TEST_CASE(
       MESSAGE("the span did not come back to this LAB from the pool: nothing to check");
     } else {
       put_back_stale();                         // the malloc that took x may have dropped it first
-      CHECK(((lab->hot_fresh >> a) & 1) != 0);  // marked: an entry may name the hot span
+      CHECK(hot_is_fresh(lab, a));              // marked: an entry may name the hot span
       CHECK(lab_is_valid(lab));
       // x runs out and is kept, the stale entry dropped first: one entry.
       while (lab->hot[a] == x) more.push_back(fw_malloc(kSize));
