@@ -22,7 +22,9 @@ int check_heap() {
   if (!arena_is_valid()) bad++;
   if (!pool_is_valid()) bad++;
   uint64_t in_use[kClassCount] = {};
+  uint64_t pooled = 0;  // the kept pool's bytes taken, by LAB (lab.h)
   for (Lab* lab = lab_first(); lab != nullptr; lab = lab->all_next.load(std::memory_order_acquire)) {
+    pooled += lab->kept_pooled;
     if (!lab_is_valid(lab)) {
       // Reported; its lists are not walked again: a corrupt link (a write
       // after free) would be followed out of the heap. The class counts
@@ -44,6 +46,8 @@ int check_heap() {
       in_use[c] -= lab_kept_own_frees(lab, c);  // a taken span is FREE: not counted below
     }
   }
+  if (pooled != kept_pool_taken())
+    bad += !report_invariant("lab: the LABs' pooled kept bytes are not the pool's count", pooled);
   Span* table = g_spans.load(std::memory_order_acquire);
   for (uint32_t r = 0; table != nullptr && r < arena_region_count(); r++) {
     uint32_t used = arena_vspans_used(r);

@@ -39,6 +39,10 @@ constinit std::atomic<uint64_t> g_acquisitions{0};
 // The sum of every LAB's pending_bytes (lab_held_bytes), changed where they
 // change. Signed for the reason span_hot_bytes is.
 constinit std::atomic<int64_t> g_pending_total{0};
+// The kept pool's bytes taken (lab.h): the sum of every LAB's kept_pooled,
+// changed where they change. A count with nothing published through it:
+// relaxed.
+constinit std::atomic<uint64_t> g_kept_pooled{0};
 
 struct IdleLink {
   std::atomic<uint32_t>& operator()(uint32_t i) const {
@@ -341,11 +345,37 @@ uint32_t kept_free_count(const Span* k) {
   return kept_free_count(k, Anchor::unpack(k->anchor.load(std::memory_order_relaxed)));
 }
 
-// Drops kept entry i of class c from the array (the last entry takes its place).
+// Drops kept entry i of class c from the array (the last entry takes its
+// place). Its bytes go back to the kept pool first, as far as lab took from
+// it: what lab keeps within its own allowance stays so.
 void kept_drop(Lab* lab, unsigned c, unsigned i) {
   lab->kept_at(c, i) = lab->kept_at(c, --lab->kept_n[c]);
-  lab->kept_bytes -= class_info(c).span_bytes;
+  const uint32_t bytes = class_info(c).span_bytes;
+  lab->kept_bytes -= bytes;
+  if (lab->kept_pooled != 0) {
+    const uint64_t back = lab->kept_pooled < bytes ? lab->kept_pooled : bytes;
+    lab->kept_pooled -= back;
+    g_kept_pooled.fetch_sub(back, std::memory_order_relaxed);
+  }
   if (lab->kept_n[c] == 0) lab->kept_classes &= ~(uint64_t(1) << c);
+}
+
+// Room in the kept pool for one more span of class c past lab's own
+// allowance (lab.h): taken from the pool's count, and lab's kept_pooled, if
+// the pool's bytes stay within kept_pool_limit(). Only per-thread LABs (and
+// parked ones, which were) take from it.
+bool kept_pool_take(Lab* lab, unsigned c) {
+  const uint32_t kind = lab->kind.load(std::memory_order_relaxed);
+  if ((kind != kLabThread && kind != kLabParked) || lab->kept_n[c] >= kept_spans_most(lab)) return false;
+  const uint32_t bytes = class_info(c).span_bytes;
+  const uint64_t limit = kept_pool_limit();
+  uint64_t taken = g_kept_pooled.load(std::memory_order_relaxed);
+  do {
+    if (taken + bytes > limit) return false;
+  } while (
+      !g_kept_pooled.compare_exchange_weak(taken, taken + bytes, std::memory_order_relaxed, std::memory_order_relaxed));
+  lab->kept_pooled += bytes;
+  return true;
 }
 
 // Drops the entries of class c other than `except` that name s: stale ones
@@ -359,7 +389,7 @@ void kept_forget(Lab* lab, unsigned c, const Span* s, unsigned except) {
       if (except == lab->kept_n[c] - 1u) except = i;  // the entry kept moves into i
       kept_drop(lab, c, i);  // the last entry moves into i: i is read again
     } else if (++i < lab->kept_n[c]) {
-      e = lab->kept_after(c, i, e);  // not past the last: entry kKeptSpans is past the array
+      e = lab->kept_after(c, i, e);  // not past the last: entry kKeptEntries is past the array
     }
   }
 }
@@ -639,7 +669,7 @@ uint64_t lab_frees_of(const Lab* lab, unsigned c) {
 uint64_t lab_kept_own_frees(const Lab* lab, unsigned c) {
   uint64_t n = 0;
   const unsigned kept = lab->kept_n[c];
-  for (unsigned i = 0; i < kept && i < kKeptSpans; i++) {
+  for (unsigned i = 0; i < kept && i < kKeptEntries; i++) {
     const Span* k = lab->kept_at(c, i);
     if (k != nullptr && kept_live(lab, c, k)) n += own_count(k);  // a taken span's: counted by its freer
   }
@@ -814,7 +844,7 @@ void* lab_refill(Lab* lab, unsigned c) {
       // s has no block left to give.
       if (keeps_spans(lab)) {
         if (kept_switch(lab, c)) continue;
-        if (kept_has_room(lab, c)) {
+        if (kept_has_room(lab, c) || kept_pool_take(lab, c)) {
           hot_leave(lab, c, s);
           const unsigned i = lab->kept_n[c]++;
           lab->kept_bytes += class_info(c).span_bytes;
@@ -892,6 +922,17 @@ void lab_flush_quarantine(Lab* lab) {
 Lab* lab_first() { return g_lab_all.load(std::memory_order_acquire); }
 uint64_t lab_threads_live() { return g_threads_live.load(std::memory_order_relaxed); }
 uint64_t lab_threads_created() { return g_threads_created.load(std::memory_order_relaxed); }
+uint64_t kept_pool_limit() {
+  if (option(Option::kept_pool) == 0) return 0;
+  // The per-thread caches the default mode allows (percpu.h: more threads
+  // than that go per CPU), whatever this process's FREEWAY_PERCPU.
+  const uint64_t twice = 2 * uint64_t(os::cpu_count());
+  const uint64_t caches = (twice > kPerCpuMinThreads ? twice : kPerCpuMinThreads) + 1;
+  const uint64_t live = g_threads_live.load(std::memory_order_relaxed);
+  const uint64_t bound = live > 1 ? live : 1;
+  return bound >= caches ? 0 : (caches - bound) * uint64_t(kKeptBytes);
+}
+uint64_t kept_pool_taken() { return g_kept_pooled.load(std::memory_order_relaxed); }
 uint64_t lab_held_bytes() {
   int64_t pending = g_pending_total.load(std::memory_order_relaxed);
   return span_hot_bytes() + (pending > 0 ? uint64_t(pending) : 0);
@@ -987,7 +1028,7 @@ bool lab_is_valid(const Lab* lab) {
     unsigned kept = lab->kept_n[c];
     if ((kept > 0) != (((lab->kept_classes >> c) & 1) != 0))
       ok = report_invariant("lab: kept_classes disagrees with kept_n", c);
-    if (lab->kept_look[c] >= kKeptSpans) ok = report_invariant("lab: kept_look past the array", c);
+    if (lab->kept_look[c] >= kKeptEntries) ok = report_invariant("lab: kept_look past the array", c);
     if (kept > kept_spans_most(lab) || (kept > 0 && !keeps_spans(lab))) {
       ok = report_invariant("lab: kept spans in a LAB that keeps none, or too many", c);
       continue;
@@ -1010,8 +1051,12 @@ bool lab_is_valid(const Lab* lab) {
       if (!own_list_is_valid(s)) ok = false;
     }
   }
-  if (kept_bytes != lab->kept_bytes || kept_bytes > kKeptBytes)
-    ok = report_invariant("lab: kept_bytes is not its kept spans' bytes, or over kKeptBytes", kept_bytes);
+  if (kept_bytes != lab->kept_bytes || lab->kept_pooled > kept_bytes || kept_bytes - lab->kept_pooled > kKeptBytes)
+    ok = report_invariant("lab: kept_bytes is not its kept spans' bytes, or over its allowance and pooled bytes",
+                          kept_bytes);
+  const uint32_t kind = lab->kind.load(std::memory_order_relaxed);
+  if (lab->kept_pooled != 0 && kind != kLabThread && kind != kLabParked)
+    ok = report_invariant("lab: pooled kept bytes in a LAB that takes none", lab->kept_pooled);
   return ok;
 }
 

@@ -65,7 +65,10 @@
 //   ones of class c, nor hot[c] unless bit c of hot_fresh is set (kept_set
 //   drops them as it keeps a span that came back: lab.cpp); hot[c] has the
 //   kept bit clear; kept_bytes is the sum of the entries' span_bytes over
-//   all classes, at most kKeptBytes; only per-thread and CPU LABs outside
+//   all classes, kept_pooled <= kept_bytes, kept_bytes - kept_pooled <=
+//   kKeptBytes, and kept_pooled == 0 in a LAB that may not take from the
+//   kept pool (a CPU LAB); the LABs' kept_pooled add up to g_kept_pooled
+//   while no thread keeps or drops a span; only per-thread and CPU LABs outside
 //   secure mode keep spans (keeps_spans), every other LAB has kept_n[c] == 0,
 //   and a CPU LAB's kept_n[c] <= kKeptSpansCpu (kept_spans_most); bit c
 //   of kept_classes is set iff kept_n[c] > 0; kept_next <= kClassCount;
@@ -147,8 +150,9 @@ constexpr uint64_t kParkedCheckEvery = 64;          // span-pool acquisitions be
 // (span.h, span_keep): its owner may allocate nothing more (a thread that
 // handed its blocks to others and waits, a parked LAB), and would keep it
 // otherwise; the owner's entry goes stale and is dropped (kept_live). Bound:
-// a LAB keeps at most kKeptBytes besides its hot spans, which adds kKeptBytes
-// to the blowup bound's per-cache term (docs/design.md).
+// a LAB keeps at most kKeptBytes besides its hot spans and what it took from
+// the kept pool (below), which adds kKeptBytes to the blowup bound's
+// per-cache term, and the pool its own (docs/design.md).
 //
 // A CPU LAB (percpu.h) keeps one span a class at most: the one it filled
 // last. A CPU's cache serves every thread that runs there, and its threads
@@ -163,18 +167,36 @@ constexpr uint64_t kParkedCheckEvery = 64;          // span-pool acquisitions be
 // threads and FREEWAY_PERCPU=1: a sixth to a quarter faster, as with 2 spans
 // a class or 16 MiB, at the same memory). It adds one span a class a CPU to
 // the bound: as much again as the hot spans (docs/design.md).
+//
+// The kept pool. kKeptBytes is each per-thread LAB's own allowance; past it a
+// LAB may keep more from a pool shared by the process (kept_pool_take,
+// FREEWAY_KEPT_POOL): the allowances of the per-thread caches the default
+// mode allows (max(2 CPUs, kPerCpuMinThreads) + 1, percpu.h) that no bound
+// thread uses, (that many - threads bound) * kKeptBytes at the time of each
+// take. A thread whose heap is bigger than kKeptBytes (a single-threaded
+// program's 17 MB of 8-128 KiB buffers: larson-medium) then keeps it owned,
+// its frees local, as tcmalloc's thread caches take unused room from a
+// process-wide budget. Each LAB's pooled bytes (kept_pooled) are taken from
+// the pool's count (g_kept_pooled) when it keeps past its allowance and go
+// back as its kept spans are dropped. Bound: the pool adds at most
+// (that many - 1) * kKeptBytes to the cache term, and none while the threads
+// bound to LABs are as many as the caches the default mode allows
+// (docs/design.md).
 constexpr uint32_t kKeptBytes = 16u * 1024 * 1024;
-// The most spans of one class a LAB can keep: the budget in spans (every
-// class's span is a whole vspan, size_class.h).
+// A LAB's own allowance in spans (every class's span is at most a vspan,
+// size_class.h).
 constexpr unsigned kKeptSpans = kKeptBytes / kVspanSize;
 static_assert(kKeptSpans * kVspanSize == kKeptBytes, "the budget is whole spans");
+// The most spans of one class a per-thread LAB can keep, with the pool's:
+// 128 MiB of vspans.
+constexpr unsigned kKeptEntries = 8 * kKeptSpans;
 constexpr unsigned kKeptSpansCpu = 1;  // a CPU LAB's (above)
 // A class's kept entries lie in groups of kKeptGroup (one cache line), group g
 // of every class side by side (Lab::kept_at): a LAB whose classes keep a few
-// spans each touches the first groups only, not a row of kKeptSpans entries
-// (512 bytes) for every class it uses.
+// spans each touches the first groups only, not a row of kKeptEntries entries
+// (4 KiB) for every class it uses.
 constexpr unsigned kKeptGroup = 8;
-static_assert(kKeptSpans % kKeptGroup == 0 && kKeptSpans <= 65535, "kept_n and kept_look are 16 bits");
+static_assert(kKeptEntries % kKeptGroup == 0 && kKeptEntries <= 65535, "kept_n and kept_look are 16 bits");
 // Kept spans whose descriptors one kept_switch reads at most (it takes the
 // first with a free block), and that one release_empty_kept looks at: with 16
 // or fewer kept spans in a class, every one.
@@ -361,7 +383,8 @@ struct Lab {
   uint32_t pending_offsets;    // pending_mask * sizeof(PendingChain): free's fast path (pending_chain_of)
   uint32_t kept_next;          // release_empty_kept's next class to visit, at most kClassCount
   uint32_t kept_pos;           // and where in that class's kept spans it goes on from
-  uint32_t kept_bytes;         // span bytes of the kept spans, all classes: at most kKeptBytes
+  uint64_t kept_bytes;         // span bytes of the kept spans, all classes
+  uint64_t kept_pooled;        // of them, taken from the kept pool (above): kept_bytes - kept_pooled <= kKeptBytes
   uint64_t pending_of_class[kClassCount];  // bit i % 64: pending[i] may hold blocks of that class
   HolderField<uint16_t> kept_n[kClassCount];     // kept spans of each class (kept_at)
   HolderField<uint16_t> kept_look[kClassCount];  // where kept_switch's next look starts
@@ -381,9 +404,9 @@ struct Lab {
   // span, head and room; per-CPU mode commits head and room in one store).
   alignas(64) PendingChain pending[kPendingMax];
   // The kept spans (above), kept_n[c] of class c, in groups (kKeptGroup): the
-  // first two groups of every class (16 entries each) take 7 KiB, all eight
-  // 28 KiB, paged in as used.
-  HolderField<Span*> kept_groups[kKeptSpans / kKeptGroup][kClassCount][kKeptGroup];
+  // first two groups of every class (16 entries each) take 7 KiB, all 64
+  // 224 KiB, paged in as used.
+  HolderField<Span*> kept_groups[kKeptEntries / kKeptGroup][kClassCount][kKeptGroup];
 
   HolderField<Span*>& kept_at(unsigned c, unsigned i) { return kept_groups[i / kKeptGroup][c][i % kKeptGroup]; }
   const HolderField<Span*>& kept_at(unsigned c, unsigned i) const {
@@ -404,16 +427,18 @@ struct Lab {
 };
 
 // The most spans of one class lab may keep: kKeptSpansCpu for a CPU LAB,
-// else kKeptSpans.
+// else kKeptEntries.
 FW_INLINE unsigned kept_spans_most(const Lab* lab) {
-  return lab->kind.load(std::memory_order_relaxed) == kLabCpu ? kKeptSpansCpu : kKeptSpans;
+  return lab->kind.load(std::memory_order_relaxed) == kLabCpu ? kKeptSpansCpu : kKeptEntries;
 }
 // Whether lab's hot span of class c came from outside it and was not kept
 // since (Lab::hot_fresh): a stale entry of class c may name it.
 FW_INLINE bool hot_is_fresh(const Lab* lab, unsigned c) { return ((lab->hot_fresh >> c) & 1) != 0; }
-// Whether lab may keep one more span of class c (kept spans, above).
+// Whether lab may keep one more span of class c within its own allowance
+// (kept spans, above); past it, kept_pool_take (lab.cpp) may give room.
 FW_INLINE bool kept_has_room(const Lab* lab, unsigned c) {
-  return lab->kept_n[c] < kept_spans_most(lab) && lab->kept_bytes + class_info(c).span_bytes <= kKeptBytes;
+  return lab->kept_n[c] < kept_spans_most(lab) &&
+         lab->kept_bytes - lab->kept_pooled + class_info(c).span_bytes <= kKeptBytes;
 }
 
 // Whether kept entry s of class c is still lab's kept span. Another thread's
@@ -665,6 +690,12 @@ uint64_t lab_threads_created();
 // What the LABs hold: the bytes of the spans they own (span_hot_bytes) and the
 // budgets their pending chains take (pending_bytes). Read without stopping them.
 uint64_t lab_held_bytes();
+// The kept pool (kept spans, above): the most bytes it may hold now (0 with
+// FREEWAY_KEPT_POOL=0, or while the threads bound to LABs are as many as the
+// per-thread caches the default mode allows), and the bytes the LABs took
+// from it (exact while no thread keeps or drops a span).
+uint64_t kept_pool_limit();
+uint64_t kept_pool_taken();
 
 bool lab_is_valid(const Lab* lab);
 

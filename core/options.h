@@ -14,16 +14,24 @@
 
 namespace fw {
 
-#define FW_OPTIONS(X)                                                                           \
-  X(verbose, 0, 0, 1, "1: print the options at start and a statistics summary at exit")       \
-  X(retain_mb, 32, 0, 1 << 20, "MiB of freed spans and runs kept committed for reuse (or the most the heap had in use within FREEWAY_DECAY_MS, or a cycle's footprint once it faults back what this bound gave back, if more)") \
-  X(decay_ms, 1000, 0, 0x7fffffff, "freed spans and runs kept committed give their pages back after this many ms unused; 0: at once") \
-  X(reuse_percent, 25, 1, 100, "a full span becomes reusable when this percent of its blocks are free (Hoard f)") \
-  X(pool_stacks, 0, 0, 64, "stacks in the span-pool; 0 = one per CPU (at most 64)")            \
-  X(peak_sample, 64, 0, 1 << 30, "sample live bytes for the peak figure every this many span acquisitions") \
-  X(secure, 0, 0, 1, "1: tail canaries, free fill and quarantine (secure_heap.h), encoded free lists, guard pages") \
-  X(telemetry, 0, 0, 1, "1: publish the heap's state for freeway-inspect in /dev/shm/freeway.<pid>") \
-  X(percpu, 2, 0, 2, "caches per CPU through rseq (Linux x86-64): 0 per-thread, 1 per-CPU (warns if it cannot), 2 per-CPU once threads are more than twice the CPUs and 16 and their caches hold more than 32 MiB") \
+#define FW_OPTIONS(X)                                                                                                 \
+  X(verbose, 0, 0, 1, "1: print the options at start and a statistics summary at exit")                               \
+  X(retain_mb, 32, 0, 1 << 20,                                                                                        \
+    "MiB of freed spans and runs kept committed for reuse (or the most the heap had in use within FREEWAY_DECAY_MS, " \
+    "or a cycle's footprint once it faults back what this bound gave back, if more)")                                 \
+  X(decay_ms, 1000, 0, 0x7fffffff,                                                                                    \
+    "freed spans and runs kept committed give their pages back after this many ms unused; 0: at once")                \
+  X(reuse_percent, 25, 1, 100, "a full span becomes reusable when this percent of its blocks are free (Hoard f)")     \
+  X(kept_pool, 1, 0, 1,                                                                                               \
+    "1: a thread keeps owning spans it filled past its 16 MiB as long as the per-thread caches the default mode "     \
+    "allows (max(2 x CPUs, 16) + 1) leave theirs unused; 0: 16 MiB a thread")                                         \
+  X(pool_stacks, 0, 0, 64, "stacks in the span-pool; 0 = one per CPU (at most 64)")                                   \
+  X(peak_sample, 64, 0, 1 << 30, "sample live bytes for the peak figure every this many span acquisitions")           \
+  X(secure, 0, 0, 1, "1: tail canaries, free fill and quarantine (secure_heap.h), encoded free lists, guard pages")   \
+  X(telemetry, 0, 0, 1, "1: publish the heap's state for freeway-inspect in /dev/shm/freeway.<pid>")                  \
+  X(percpu, 2, 0, 2,                                                                                                  \
+    "caches per CPU through rseq (Linux x86-64): 0 per-thread, 1 per-CPU (warns if it cannot), 2 per-CPU once "       \
+    "threads are more than twice the CPUs and 16 and their caches hold more than 32 MiB")                             \
   X(telemetry_hz, 20, 1, 1000, "telemetry snapshots per second")
 
 enum class Option : unsigned {

@@ -1,6 +1,7 @@
 // Kept spans (lab.h): a per-thread LAB keeps owning the spans it filled, up to
 // kKeptBytes of them over all its classes, so that its thread's frees into
-// them are local.
+// them are local. Run with FREEWAY_KEPT_POOL=0: these cases fill a LAB's own
+// allowance; test_kept_pool the pool past it.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -12,30 +13,19 @@
 #include "core/free.h"
 #include "core/lab.h"
 #include "freeway.h"
+#include "kept_util.h"
 #include "test_util.h"
 
 using namespace fw;
+using fwtest::fill_spans;
+using fwtest::state_of;
 
 namespace {
 
-constexpr size_t kSize = 64;
+constexpr size_t kSize = fwtest::kKeptTestSize;
 
-uint32_t state_of(const Span* s) { return Anchor::unpack(s->anchor.load()).state; }
 uint32_t local_of(const Span* s) { return uint32_t(own_count(s)); }
 unsigned kept_count() { return lab_current()->kept_n[class_of(kSize)]; }
-
-// Blocks of n spans of `size` (kSize unless given), allocated in order by the
-// calling thread; the spans in the order they were filled.
-std::vector<void*> fill_spans(uint32_t n, std::vector<Span*>* spans, size_t size = kSize) {
-  std::vector<void*> v;
-  for (uint32_t i = 0; i < n * class_info(class_of(size)).capacity; i++) {
-    void* p = fw_malloc(size);
-    REQUIRE(p != nullptr);
-    v.push_back(p);
-    if (spans->empty() || spans->back() != span_of(p)) spans->push_back(span_of(p));
-  }
-  return v;
-}
 
 std::vector<void*> blocks_of(const std::vector<void*>& v, const Span* s) {
   std::vector<void*> out;
@@ -83,7 +73,7 @@ void put_stale_entry(Lab* lab, unsigned c, Span* s) {
 // date) changed to one that was not among its kept spans.
 bool malloc_took_span(size_t size, std::vector<void*>* out, Span** hot) {
   const unsigned c = class_of(size);
-  Span* was_kept[kKeptSpans];  // on the stack: a vector's malloc would change the LAB
+  Span* was_kept[kKeptEntries];  // on the stack: a vector's malloc would change the LAB
   const unsigned n = lab_current()->kept_n[c];
   for (unsigned i = 0; i < n; i++) was_kept[i] = lab_current()->kept_at(c, i);
   out->push_back(fw_malloc(size));
@@ -311,6 +301,7 @@ TEST_CASE("past kKeptBytes of kept spans, the exhausted hot span floats") {
   fw_collect();  // no parked LAB with kept spans of other classes: the budget is all this class's
   std::thread([] {
     std::vector<Span*> spans;
+    REQUIRE(kept_pool_limit() == 0);  // FREEWAY_KEPT_POOL=0 (tests/CMakeLists.txt)
     std::vector<void*> v = fill_spans(kKeptSpans + 4, &spans);
     REQUIRE(class_info(class_of(kSize)).span_bytes * kKeptSpans == kKeptBytes);
     CHECK(kept_count() == kKeptSpans);

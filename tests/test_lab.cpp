@@ -15,6 +15,7 @@
 #include "core/options.h"
 #include "core/span_pool.h"
 #include "freeway.h"
+#include "kept_util.h"
 #include "platform/os.h"
 #include "rng.h"
 #include "test_util.h"
@@ -51,6 +52,7 @@ struct FloatedBlocks {
   std::vector<void*> mine, others;
 };
 FloatedBlocks malloc_past_kept() {
+  fwtest::kept_pool_off();  // past its own allowance a LAB would keep more from the pool
   std::vector<void*> v;
   const uint32_t per_span = class_info(class_of(64)).capacity;
   for (uint32_t i = 0; i < (kKeptSpans + 4) * per_span + 10; i++) v.push_back(fw_malloc(64));
@@ -511,6 +513,7 @@ TEST_CASE("a thread freeing in random order into many more floated spans than it
   std::thread([&] {
     // Spans of 32-byte blocks, kept, take the LAB's whole kept budget (lab.h),
     // so that the 64-byte spans below float as they fill.
+    fwtest::kept_pool_off();
     std::vector<void*> keep(size_t(class_info(class_of(32)).capacity) * (kKeptSpans + 1));
     for (void*& p : keep) p = fw_malloc(32);
     REQUIRE(lab_current()->kept_bytes == kKeptBytes);
@@ -629,7 +632,9 @@ TEST_CASE("a thread dropping a big heap in random order gets a chain budget that
   size_t spans_n = 0, slots_n = 0;
   Lab* lab = nullptr;
   std::thread([&] {
-    // 128 MiB of 64-byte blocks, nearly all in floated spans, freed in random order.
+    // 128 MiB of 64-byte blocks, nearly all in floated spans (past the LAB's own
+    // allowance, with no pool), freed in random order.
+    fwtest::kept_pool_off();
     std::vector<void*> v = blocks_shuffled(size_t(2) << 20, 64, 0x2545f4914f6cdd1dull);
     lab = lab_current();
     // The slots the heap's spans would have at the most slots (pending_key):
