@@ -476,7 +476,7 @@ void release_empty_kept(Lab* lab) {
   if (classes == 0) return;
   unsigned d = lab->kept_next - 1u;  // the class the last call looked at, if it has kept spans left there
   unsigned i = lab->kept_pos;
-  if (lab->kept_next == 0 || ((classes >> d) & 1) == 0 || i >= lab->kept_n[d]) {
+  if (lab->kept_next == 0 || ((classes >> d) & 1) == 0 || i >= lab->kept_n[d]) {  // kKeptDone included
     const uint64_t ahead = classes & (~uint64_t(0) << lab->kept_next);  // kept_next <= kClassCount < 64
     d = unsigned(__builtin_ctzll(ahead != 0 ? ahead : classes));
     i = 0;
@@ -490,7 +490,13 @@ void release_empty_kept(Lab* lab) {
     else
       i++;
   }
-  lab->kept_pos = i;
+  // Past the class's last entry, the next call goes on to the next class
+  // (kKeptDone) even if this class keeps another span before it: a class
+  // that keeps a span at every acquisition, the one a growing heap fills, had
+  // each call look at its one new entry and never reach the others, whose
+  // empty spans stayed kept (phases: the kept pool held a past phase's 72 MB
+  // of emptied spans through the next phase).
+  lab->kept_pos = i < lab->kept_n[d] ? i : kKeptDone;
 }
 
 // hot[c] has no block left: makes a kept span with free blocks hot[c], keeping

@@ -130,13 +130,14 @@ constexpr uint64_t kParkedCheckEvery = 64;          // span-pool acquisitions be
 // to give, the LAB does not let it float (HOT -> FULL, after which even its own
 // thread's frees into it are remote, through pending chains and a CAS per
 // chain): it keeps owning it while its kept spans of all classes together stay
-// within kKeptBytes (kept_has_room). Its thread then frees blocks of a kept
+// within kKeptBytes (kept_has_room), or the kept pool (below) has room for it
+// (kept_pool_take, lab.cpp). Its thread then frees blocks of a kept
 // span with plain stores onto the span's own list, as into the hot span, and a
 // later refill makes a kept span with free blocks the hot one again
 // (kept_switch). A thread that allocates and frees its own blocks in random
 // order (a server's sessions, Larson) thus keeps all its frees local while its
-// live blocks fit in its hot spans and kKeptBytes; past that, the exhausted hot
-// span floats as before. The budget is the LAB's, not each class's: a thread
+// live blocks fit in its hot spans, kKeptBytes and what the kept pool (below)
+// gives it; past that, the exhausted hot span floats as before. The budget is the LAB's, not each class's: a thread
 // whose heap lies in a few classes keeps it owned, where 1 MiB per class
 // (until Stop 45) floated most of a 10 MB heap of 8-1000 B blocks
 // (larson-bigheap; docs/benchmarks.md) while allowing 48 MiB over all
@@ -201,6 +202,9 @@ static_assert(kKeptEntries % kKeptGroup == 0 && kKeptEntries <= 65535, "kept_n a
 // first with a free block), and that one release_empty_kept looks at: with 16
 // or fewer kept spans in a class, every one.
 constexpr unsigned kKeptLook = 16;
+// Lab::kept_pos once release_empty_kept looked at a class's last entry: past
+// every class's entries.
+constexpr uint32_t kKeptDone = 0xffffffffu;
 
 // A field of a LAB that only its holder writes and other threads read for
 // figures (lab_frees_of, lab_pending_count): relaxed loads and stores, which
@@ -382,7 +386,7 @@ struct Lab {
   uint32_t pending_budget;     // bytes its chains may hold (above); kPendingBudget unless its chains grow
   uint32_t pending_offsets;    // pending_mask * sizeof(PendingChain): free's fast path (pending_chain_of)
   uint32_t kept_next;          // release_empty_kept's next class to visit, at most kClassCount
-  uint32_t kept_pos;           // and where in that class's kept spans it goes on from
+  uint32_t kept_pos;           // and where in that class's kept spans it goes on from; kKeptDone: the next class
   uint64_t kept_bytes;         // span bytes of the kept spans, all classes
   uint64_t kept_pooled;        // of them, taken from the kept pool (above): kept_bytes - kept_pooled <= kKeptBytes
   uint64_t pending_of_class[kClassCount];  // bit i % 64: pending[i] may hold blocks of that class

@@ -297,6 +297,33 @@ TEST_CASE("emptied kept spans of several classes go back one class per span take
   CHECK(fw_check_heap() == 0);
 }
 
+TEST_CASE(
+    "a class that keeps a span at every span taken does not hold the turn: the emptied kept spans of another "
+    "class go back while it grows") {
+  fw_collect();
+  std::thread([] {
+    // 64-byte spans kept, then 32-byte ones: the turn of release_empty_kept
+    // is on the 32-byte class (a lower class, reached by wrapping round) as it
+    // grows, one kept span at each span it takes.
+    const unsigned a = class_of(64), b = class_of(32);
+    REQUIRE(b < a);
+    std::vector<Span*> spans_a, spans_b;
+    std::vector<void*> va = fill_spans(10, &spans_a, 64);
+    std::vector<void*> vb = fill_spans(4, &spans_b, 32);
+    for (void* p : va) fw_free(p);  // every 64-byte span empty, nine kept
+    REQUIRE(lab_current()->kept_n[a] == 9);
+    // 40 more 32-byte spans, each a span taken and the last one kept: within
+    // the 16 MiB allowance (no pool in this program), so none floats.
+    std::vector<void*> more = fill_spans(40, &spans_b, 32);
+    CHECK(lab_current()->kept_n[b] >= 40);
+    CHECK(lab_current()->kept_n[a] == 0);  // went back while b grew
+    CHECK(fw_check_heap() == 0);
+    for (void* p : vb) fw_free(p);
+    for (void* p : more) fw_free(p);
+  }).join();
+  CHECK(fw_check_heap() == 0);
+}
+
 TEST_CASE("past kKeptBytes of kept spans, the exhausted hot span floats") {
   fw_collect();  // no parked LAB with kept spans of other classes: the budget is all this class's
   std::thread([] {
