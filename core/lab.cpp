@@ -931,9 +931,9 @@ uint64_t lab_threads_created() { return g_threads_created.load(std::memory_order
 uint64_t kept_pool_limit() {
   if (option(Option::kept_pool) == 0) return 0;
   // The per-thread caches the default mode allows (percpu.h: more threads
-  // than that go per CPU), whatever this process's FREEWAY_PERCPU.
-  const uint64_t twice = 2 * uint64_t(os::cpu_count());
-  const uint64_t caches = (twice > kPerCpuMinThreads ? twice : kPerCpuMinThreads) + 1;
+  // than that go per CPU; one more for a successor that starts before its
+  // predecessor exits), whatever this process's FREEWAY_PERCPU.
+  const uint64_t caches = uint64_t(percpu_switch_threads()) + 1;
   const uint64_t live = g_threads_live.load(std::memory_order_relaxed);
   const uint64_t bound = live > 1 ? live : 1;
   return bound >= caches ? 0 : (caches - bound) * uint64_t(kKeptBytes);

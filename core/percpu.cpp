@@ -89,8 +89,7 @@ void decide() {
     make_cpu_labs();
     g_percpu.on.store(true, std::memory_order_release);
   } else {
-    uint32_t twice = 2 * uint32_t(os::cpu_count());
-    g_switch_threads = twice > kPerCpuMinThreads ? twice : kPerCpuMinThreads;
+    g_switch_threads = percpu_switch_threads();
     g_armed.store(true, std::memory_order_release);
   }
 }

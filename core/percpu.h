@@ -70,6 +70,7 @@
 #include "core/config.h"
 #include "core/lab.h"
 #include "core/size_class.h"
+#include "platform/os.h"
 #include "platform/rseq.h"
 
 namespace fw {
@@ -96,6 +97,13 @@ bool percpu_start();
 // older blocks (Larson's server with 4 threads on 2 CPUs: 132 M operations
 // per second per thread, 36 M per CPU).
 constexpr uint32_t kPerCpuMinThreads = 16;
+// The threads the default mode serves from per-thread caches at most: twice
+// the CPUs and at least kPerCpuMinThreads (one more thread switches it to
+// per-CPU caches). The kept pool (lab.h) counts their caches' allowances.
+FW_INLINE uint32_t percpu_switch_threads() {
+  const uint32_t twice = 2 * uint32_t(os::cpu_count());
+  return twice > kPerCpuMinThreads ? twice : kPerCpuMinThreads;
+}
 
 // Whether a call that found `slot` (not CPU) in its thread slot goes to the
 // per-CPU paths: a thread's first call (EMPTY) in per-CPU mode, the mode

@@ -10,7 +10,6 @@
 #include "core/lab.h"
 #include "core/percpu.h"
 #include "kept_util.h"
-#include "platform/os.h"
 
 using namespace fw;
 using fwtest::fill_spans;
@@ -20,10 +19,7 @@ using fwtest::state_of;
 namespace {
 
 // The per-thread caches the default mode allows (percpu.h).
-uint64_t caches_allowed() {
-  const uint64_t twice = 2 * uint64_t(os::cpu_count());
-  return (twice > kPerCpuMinThreads ? twice : kPerCpuMinThreads) + 1;
-}
+uint64_t caches_allowed() { return uint64_t(percpu_switch_threads()) + 1; }
 
 // Threads bound to LABs that wait until the object goes: with the calling
 // thread's, n threads hold LABs (the test program's main thread holds none).
