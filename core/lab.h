@@ -137,8 +137,9 @@ constexpr uint64_t kParkedCheckEvery = 64;          // span-pool acquisitions be
 // (kept_switch). A thread that allocates and frees its own blocks in random
 // order (a server's sessions, Larson) thus keeps all its frees local while its
 // live blocks fit in its hot spans, kKeptBytes and what the kept pool (below)
-// gives it; past that, the exhausted hot span floats as before. The budget is the LAB's, not each class's: a thread
-// whose heap lies in a few classes keeps it owned, where 1 MiB per class
+// gives it; past that, the exhausted hot span floats as before. The budget is
+// the LAB's, not each class's: a thread whose heap lies in a few classes
+// keeps it owned, where 1 MiB per class
 // (until Stop 45) floated most of a 10 MB heap of 8-1000 B blocks
 // (larson-bigheap; docs/benchmarks.md) while allowing 48 MiB over all
 // classes. A kept span whose last block in use its own thread frees stays
