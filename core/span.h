@@ -143,10 +143,12 @@ struct alignas(128) Span {
   std::atomic<uint32_t> block_size;
   std::atomic<uint32_t> capacity;
   std::atomic<uint32_t> carved;
-  std::atomic<uint32_t> run_len;
+  // offset, then block_mul, in one aligned 8-byte word: free's block check
+  // reads both with one load (relaxed.h, pair_relaxed; free.h).
   std::atomic<uint32_t> offset;
-  std::atomic<uint64_t> committed;
   std::atomic<uint32_t> block_mul;  // small span: its class's block check multiplier (secure.h)
+  std::atomic<uint64_t> committed;
+  std::atomic<uint32_t> run_len;
   // While the span is HOT: the list its owner's frees of its blocks go onto
   // (own_push, lab.h), the owner LAB's free[cls] while the span is that LAB's
   // hot span of its class, its own list's head (large_size) while kept. So
@@ -171,6 +173,8 @@ static_assert(sizeof(Span) == 128, "a span descriptor is two cache lines");
 constexpr unsigned kSpanShift = 7;
 static_assert(sizeof(Span) == size_t(1) << kSpanShift, "kSpanShift is log2(sizeof(Span))");
 static_assert(offsetof(Span, anchor) == 64, "the fields frees write start the second line");
+static_assert(offsetof(Span, offset) % 8 == 0 && offsetof(Span, block_mul) == offsetof(Span, offset) + 4,
+              "offset and block_mul share one 8-byte word, offset in its low half (pair_relaxed)");
 
 // The class of a descriptor not used for small blocks: a large or huge block,
 // or a piece of a free run.

@@ -24,13 +24,20 @@ TEST_CASE("below_relaxed is an unsigned x < m, m read from memory") {
   CHECK(below_relaxed(6, m));  // a store since is what the next call reads
 }
 
-TEST_CASE("minus_relaxed is x - m mod 2^32") {
-  std::atomic<uint32_t> m{3};
-  CHECK(minus_relaxed(5, m) == 2u);
-  CHECK(minus_relaxed(3, m) == 0u);
-  CHECK(minus_relaxed(1, m) == 0xFFFFFFFEu);  // below block 0: wraps, as the block check relies on
-  m.store(0x80000000u);
-  CHECK(minus_relaxed(0x80000010u, m) == 0x10u);
+TEST_CASE("pair_relaxed reads two 32-bit fields side by side, the first in the low half") {
+  struct alignas(8) {
+    std::atomic<uint32_t> lo{3};
+    std::atomic<uint32_t> hi{0x80000001u};
+  } w;
+  CHECK(pair_relaxed(w.lo, w.hi) == 0x8000000100000003ull);
+  w.hi.store(7);  // a store to either half since is what the next call reads
+  CHECK(pair_relaxed(w.lo, w.hi) == 0x0000000700000003ull);
+  w.lo.store(0xFFFFFFFFu);
+  CHECK(pair_relaxed(w.lo, w.hi) == 0x00000007FFFFFFFFull);
+  // The block check's arithmetic on it: x - low half wraps mod 2^32, as it relies on.
+  const uint64_t om = pair_relaxed(w.lo, w.hi);
+  CHECK(uint32_t(1u - uint32_t(om)) == 2u);
+  CHECK(uint32_t(om >> 32) == 7u);
 }
 
 TEST_CASE("equal_relaxed compares the pointer stored with the one given") {
