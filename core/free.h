@@ -156,7 +156,8 @@ FW_INLINE bool free_fast_checks(void* p, const Span* d, size_t c, size_t n, bool
   // then loads no class, and neither case a table entry. Offset and
   // multiplier come in one load (pair_relaxed).
   const uint64_t om = pair_relaxed(d->offset, d->block_mul);
-  const uint32_t k = block_rotate((uint32_t(reinterpret_cast<uintptr_t>(p)) - uint32_t(om)) * uint32_t(om >> 32));
+  const uint32_t off = uint32_t(reinterpret_cast<uintptr_t>(p)) - uint32_t(om);
+  const uint32_t k = block_number_at(off, uint32_t(om >> 32));
   if (FW_UNLIKELY(!below_relaxed(k, d->carved))) return false;
   const uint64_t canary = canary_of(p);  // after the block test: one register fewer across it
   if (FW_UNLIKELY(static_cast<uint64_t*>(p)[1] == canary)) return false;

@@ -108,8 +108,9 @@ FW_INLINE uint32_t block_mul_of(size_t c) { return kClassDivs.div[c].mul; }
 // low 32 bits `start` (the descriptor's offset, span.h) and whose class's
 // multiplier is mul, or a number >= the span's capacity if p is not a block
 // start (p, in the same vspan, below block 0 wraps to an offset near 2^32).
-// block_rotate(off * mul) is the block's index (free's fast path multiplies
-// by the descriptor's copy in memory, relaxed.h).
+// block_rotate(off * mul) is the block's index (free's fast path takes the
+// offset and the multiplier from the descriptor's copies, with one load:
+// relaxed.h, pair_relaxed).
 FW_INLINE uint32_t block_rotate(uint32_t x) { return (x >> kBlockRotate) | (x << (32 - kBlockRotate)); }
 FW_INLINE uint32_t block_number_at(uint32_t off, uint32_t mul) {  // off = the low 32 bits of p - start
   return block_rotate(off * mul);
