@@ -102,12 +102,13 @@ FW_INLINE uintptr_t span_base(const Span* s) {
   return g_regions[i / kVspansPerRegion].base.load(std::memory_order_relaxed) +
          (uintptr_t(i % kVspansPerRegion) << kVspanShift);
 }
-// The colour of span s for a class with `colours` colours, a power of two up
-// to 16 (size_class.h): a multiple of kColourStep from the top bits of its
-// descriptor's index times the golden ratio, so that spans near each other
-// take different colours.
+// The colour of span s for a class with `colours` colours (size_class.h): a
+// multiple of kColourStep below colours * kColourStep, from the top bits of
+// its descriptor's index times the golden ratio (the product scaled to
+// 0..colours-1), so that spans near each other take different colours.
 FW_INLINE uint32_t span_colour(const Span* s, uint32_t colours) {
-  return (((span_index(s) * 0x9E3779B1u) >> 28) & (colours - 1)) * kColourStep;
+  const uint32_t h = span_index(s) * 0x9E3779B1u;
+  return uint32_t((uint64_t(h) * colours) >> 32) * kColourStep;
 }
 // The colour small span s took (span.h): block 0's offset from its base, from
 // the low 32 bits of block 0's address that `offset` carries.

@@ -8,7 +8,12 @@ namespace fw {
 unsigned class_of_aligned(size_t n, size_t align) {
   if (n > kSmallMax) return kClassCount;
   for (unsigned c = class_of(n == 0 ? 1 : n); c < kSizeClasses; c++) {
-    if (class_block_size(c) % align == 0) return align > kColourStep ? plain_class(c) : c;
+    if (class_block_size(c) % align != 0) continue;
+    if (align <= kColourStep) return c;
+    // Past 64 bytes a coloured class's twin; a class coloured in its slack
+    // has none (size_class.h): the next class.
+    const unsigned t = plain_class(c);
+    if (class_info(t).colours == 1) return t;
   }
   return kClassCount;
 }
@@ -21,11 +26,16 @@ bool size_class_is_valid() {
     if (ci.block_size % kMinAlign != 0) ok = report_invariant("size class: block size not a multiple of 16", c);
     if (c > 0 && c < kSizeClasses && ci.block_size <= class_info(c - 1).block_size)
       ok = report_invariant("size class: block sizes not increasing", c);
-    // A colour stays below the size's power of two (a multiple of 64 under it).
-    if ((ci.colours & (ci.colours - 1)) != 0 || ci.colours > 16 ||
-        (ci.colours > 1 && ci.block_size % (ci.colours * kColourStep) != 0))
+    const bool twinned = ci.block_size <= kTwinColourMax;  // coloured with a plain twin, if coloured
+    // Up to 1 KiB a colour stays below the size's power of two (a multiple of
+    // 64 under it); past it, within the slack, so it costs no block.
+    if (twinned && ((ci.colours & (ci.colours - 1)) != 0 || ci.colours > 16 ||
+                    (ci.colours > 1 && ci.block_size % (ci.colours * kColourStep) != 0)))
       ok = report_invariant("size class: colours not a power of two dividing the block size in 64-byte steps", c);
-    const bool coloured = ci.colours > 1;
+    if (!twinned && (ci.colours == 0 || ci.colours != (ci.span_bytes - ci.capacity * ci.block_size) / kColourStep + 1 ||
+                     ci.block_size % kColourStep != 0))
+      ok = report_invariant("size class: colours past 1 KiB not the slack's 64-byte steps", c);
+    const bool coloured = twinned && ci.colours > 1;
     if ((c >= kSizeClasses && coloured) || (c < kSizeClasses && (plain_class(c) != c) != coloured))
       ok = report_invariant("size class: a twin coloured, or a coloured class without a twin", c);
     if (c < kSizeClasses && coloured) {

@@ -33,15 +33,28 @@
 // colour, whose blocks keep the alignment of the size's power of two. Only
 // aligned allocations of more than 64 bytes' alignment take a twin
 // (class_of_aligned); class_of never does.
+// Past 1 KiB a class is coloured within its slack: a span holds
+// span_bytes / block_size blocks and leaves the rest of its vspan unused, and
+// when that rest is 64 bytes or more its colour is a multiple of 64 up to it,
+// so the colour costs no block (10 KiB blocks: 25 a span and 6 KiB left, 97
+// colours). Without it the first lines of 8-128 KiB blocks fell in one or two
+// of a 48 KiB L1's 64 sets (every block start a multiple of 2 KiB), and a
+// thread replacing such buffers missed on each one it was handed
+// (larson-medium, docs/benchmarks.md Stop 83). These classes have no twin
+// (the classes fit a 64-bit mask, lab.h), so aligned allocation past 64 bytes
+// goes on to the next class whose blocks keep their alignment. The classes of
+// a power of two leave no slack and take no colour.
 //
 // Invariants (checked by size_class_is_valid):
 //   block_size(c) is a multiple of 16 and strictly increasing in c < kSizeClasses;
 //   class_of(n) is the smallest c with block_size(c) >= n;
 //   capacity(c) = span_bytes(c) / block_size(c) >= 8 if block_size(c) <= kVspanSize / 8,
 //   else >= 2; and span_bytes(c) <= kVspanSize;
-//   colours(c) > 1 exactly for the coloured classes, and is then a power of
-//   two, 2^k / 64 (at most 16); the twin of coloured class c has its block
-//   size and one colour.
+//   up to 1 KiB, colours(c) > 1 exactly for the coloured classes, and is then
+//   a power of two, 2^k / 64 (at most 16); the twin of coloured class c has its
+//   block size and one colour; past 1 KiB, colours(c) is 1 + the slack
+//   (span_bytes - capacity * block_size) in whole 64-byte steps, and no class
+//   has a twin.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -60,8 +73,11 @@ struct ClassInfo {
   uint32_t block_size;
   uint32_t span_bytes;  // real span size
   uint32_t capacity;    // blocks per span with no colour
-  uint32_t colours;     // colours its spans take (1: none)
+  uint32_t colours;     // colours its spans take (1: none), span_colour
 };
+
+// The largest block size whose coloured classes have a plain twin (above).
+constexpr uint32_t kTwinColourMax = 1024;
 
 namespace detail {
 constexpr uint32_t size_of_sized(unsigned c) {
@@ -70,10 +86,10 @@ constexpr uint32_t size_of_sized(unsigned c) {
   unsigned q = (c - 8) % 4;       // quarter within it
   return (1u << b) + (q + 1) * (1u << (b - 2));
 }
-// Whether sized class c (< kSizeClasses) is coloured (above).
+// Whether sized class c (< kSizeClasses) is coloured with a plain twin (above).
 constexpr bool sized_coloured(unsigned c) {
   const uint32_t bs = size_of_sized(c);
-  return bs % 128 == 0 && bs <= 1024;
+  return bs % 128 == 0 && bs <= kTwinColourMax;
 }
 struct Tables {
   ClassInfo info[kClassCount];
@@ -86,10 +102,13 @@ constexpr Tables make_tables() {
   unsigned next_twin = kSizeClasses;
   for (unsigned c = 0; c < kSizeClasses; c++) {
     const uint32_t bs = size_of_sized(c);
-    const uint32_t colours = sized_coloured(c) ? (bs & (0u - bs)) / kColourStep : 1;  // 2^k / 64
+    // 2^k / 64 colours with a twin up to 1 KiB; past it, the slack's 64-byte steps.
+    const uint32_t colours = sized_coloured(c)     ? (bs & (0u - bs)) / kColourStep
+                             : bs > kTwinColourMax ? (sb % bs) / kColourStep + 1
+                                                   : 1;
     t.info[c] = ClassInfo{bs, sb, sb / bs, colours};
     t.twin[c] = uint8_t(c);
-    if (colours > 1) {  // its plain twin: the same blocks, spans with no colour
+    if (sized_coloured(c)) {  // its plain twin: the same blocks, spans with no colour
       t.twin[c] = uint8_t(next_twin);
       t.info[next_twin++] = ClassInfo{bs, sb, sb / bs, 1};
     }

@@ -69,6 +69,7 @@ TEST_CASE("the coloured classes are those of 128 B to 1 KiB that are multiples o
   for (unsigned c = 0; c < kSizeClasses; c++) {
     const uint32_t bs = class_block_size(c);
     const bool want = bs % 128 == 0 && bs <= 1024;
+    if (bs > 1024) continue;  // coloured in their slack (next test)
     CHECK((class_info(c).colours > 1) == want);
     if (!want) {
       CHECK(plain_class(c) == c);
@@ -92,4 +93,39 @@ TEST_CASE("the coloured classes are those of 128 B to 1 KiB that are multiples o
   CHECK(class_info(class_of(640)).colours == 2);
   CHECK(class_info(class_of(2048)).colours == 1);
   for (size_t n = 1; n <= kSmallMax; n++) REQUIRE(class_of(n) < kSizeClasses);
+}
+
+TEST_CASE(
+    "past 1 KiB a class takes a colour in 64-byte steps within its span's slack, so no block is lost, has no "
+    "twin, and aligned allocation past 64 bytes goes on to a class whose blocks keep the alignment") {
+  unsigned slack_coloured = 0;
+  for (unsigned c = 0; c < kSizeClasses; c++) {
+    const ClassInfo& ci = class_info(c);
+    if (ci.block_size <= 1024) continue;
+    const uint32_t slack = ci.span_bytes - ci.capacity * ci.block_size;
+    CHECK(ci.capacity == ci.span_bytes / ci.block_size);
+    CHECK(ci.colours == slack / 64 + 1);
+    CHECK((ci.colours - 1) * 64 <= slack);  // the last colour still fits every block
+    CHECK(plain_class(c) == c);
+    const uint32_t low = ci.block_size & (0u - ci.block_size);
+    if (ci.colours == 1) {
+      CHECK(slack < 64);  // a power of two: no slack
+      CHECK(class_align(c) == low);
+      continue;
+    }
+    slack_coloured++;
+    CHECK(class_align(c) == 64);
+    CHECK(class_of_aligned(ci.block_size, 64) == c);
+    for (size_t align = 128; align <= low; align *= 2) {
+      const unsigned t = class_of_aligned(ci.block_size, align);
+      REQUIRE(t < kClassCount);
+      CHECK(t != c);
+      CHECK(class_info(t).colours == 1);
+      CHECK(class_align(t) % align == 0);
+    }
+  }
+  // 10 KiB: 25 blocks and 6 KiB left, 97 colours; 128 KiB: 2 blocks, none left.
+  CHECK(class_info(class_of(10240)).colours == 97);
+  CHECK(class_info(class_of(131072)).colours == 1);
+  CHECK(slack_coloured == 21);  // three of every four classes from 1280 B to 112 KiB
 }

@@ -164,6 +164,42 @@ TEST_CASE("a span taken from the pool becomes HOT for its owner and carves every
   span_release(s, nullptr);
 }
 
+TEST_CASE(
+    "spans of a class past 1 KiB start their blocks at a colour within the slack and hold every block a span "
+    "without colour holds") {
+  REQUIRE(arena_init());
+  for (size_t size : {size_t(1280), size_t(10240), size_t(20480), size_t(98304)}) {
+    const unsigned c = class_of(size);
+    const ClassInfo& ci = class_info(c);
+    REQUIRE(ci.colours > 1);
+    for (int i = 0; i < 8; i++) {
+      Span* s = pool_take_span(0);
+      REQUIRE(s != nullptr);
+      REQUIRE(span_make_hot(s, c, &g_owner));
+      const uintptr_t colour = span_blocks(s) - span_base(s);
+      CHECK(colour == (secure_mode() ? 0 : span_colour(s, ci.colours)));
+      CHECK(colour % 64 == 0);
+      CHECK(colour <= ci.span_bytes - ci.capacity * ci.block_size);
+      if (!secure_mode()) CHECK(s->capacity.load() == ci.capacity);
+      auto blocks = carve_all(s);
+      CHECK(blocks.size() == s->capacity.load());
+      CHECK(reinterpret_cast<uintptr_t>(blocks.back()) + ci.block_size <= span_base(s) + kVspanSize);
+      CHECK(span_is_valid(s));
+      for (void* p : blocks) span_free_remote(s, p);
+      span_release(s, nullptr);
+      CHECK(anchor_of(s).state == kFree);
+    }
+    // Nearby descriptors take different colours: any 16 in a row at least 12
+    // of the 17 or more.
+    for (uint32_t first : {0u, 5u, 1000u, 4093u}) {
+      std::vector<uint32_t> near;
+      for (uint32_t i = first; i < first + 16; i++) near.push_back(span_colour(span_at(i), ci.colours));
+      std::sort(near.begin(), near.end());
+      CHECK(std::unique(near.begin(), near.end()) - near.begin() >= 12);
+    }
+  }
+}
+
 TEST_CASE("spans of a coloured class start their blocks at a colour in 64-byte steps below the size's power of two, "
           "nearby spans at different colours, and a plain twin's spans at the base with every block aligned to its "
           "size") {
