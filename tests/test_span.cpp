@@ -25,6 +25,15 @@ Lab g_owner;  // a LAB stand-in: the transitions only compare owner pointers
 
 Anchor anchor_of(const Span* s) { return Anchor::unpack(s->anchor.load()); }
 
+// How many distinct colours the 16 descriptors from index `first` take, for
+// a class with `colours` colours (span_colour).
+long colours_of_16_from(uint32_t first, uint32_t colours) {
+  std::vector<uint32_t> seen;
+  for (uint32_t i = first; i < first + 16; i++) seen.push_back(span_colour(span_at(i), colours));
+  std::sort(seen.begin(), seen.end());
+  return std::unique(seen.begin(), seen.end()) - seen.begin();
+}
+
 // Carves every block hot span s has left and hands them all out, in order.
 std::vector<void*> carve_all(Span* s) {
   std::vector<void*> blocks;
@@ -191,12 +200,7 @@ TEST_CASE(
     }
     // Nearby descriptors take different colours: any 16 in a row at least 12
     // of the 17 or more.
-    for (uint32_t first : {0u, 5u, 1000u, 4093u}) {
-      std::vector<uint32_t> near;
-      for (uint32_t i = first; i < first + 16; i++) near.push_back(span_colour(span_at(i), ci.colours));
-      std::sort(near.begin(), near.end());
-      CHECK(std::unique(near.begin(), near.end()) - near.begin() >= 12);
-    }
+    for (uint32_t first : {0u, 5u, 1000u, 4093u}) CHECK(colours_of_16_from(first, ci.colours) >= 12);
   }
 }
 
@@ -207,12 +211,7 @@ TEST_CASE("spans of a coloured class start their blocks at a colour in 64-byte s
   const unsigned c = class_of(1024);
   REQUIRE(class_info(c).colours == 16);
   // Any 16 descriptors in a row take at least 12 colours (the hash's spread).
-  for (uint32_t first : {0u, 5u, 1000u, 4093u}) {
-    std::vector<uint32_t> seen;
-    for (uint32_t i = first; i < first + 16; i++) seen.push_back(span_colour(span_at(i), 16));
-    std::sort(seen.begin(), seen.end());
-    CHECK(std::unique(seen.begin(), seen.end()) - seen.begin() >= 12);
-  }
+  for (uint32_t first : {0u, 5u, 1000u, 4093u}) CHECK(colours_of_16_from(first, 16) >= 12);
   CHECK(span_colour(span_at(7), 1) == 0);
   for (int i = 0; i < 16; i++) {
     Span* s = pool_take_span(0);
