@@ -552,6 +552,39 @@ TEST_CASE("blocks of 128 B to 1 KiB asked for with more than 64 bytes' alignment
   }
 }
 
+TEST_CASE(
+    "blocks past 1 KiB asked for with more than 64 bytes' alignment are aligned and whole, while plain ones of "
+    "sizes whose spans leave slack lie at cache colours, aligned to 64 bytes") {
+  // A class past 1 KiB colours its spans within their slack and has no plain
+  // twin (core/size_class.h): aligned allocation past 64 bytes takes a later
+  // class, interleaved here with plain allocations of the same size.
+  for (size_t size : {size_t(1280), size_t(10240), size_t(20480), size_t(49152), size_t(98304)}) {
+    std::vector<void*> plain, aligned;
+    size_t off_128 = 0;
+    for (size_t i = 0; i < 64 * (256 * KiB / size) && off_128 == 0; i++) {
+      void* p = malloc(opaque(size));
+      REQUIRE(p != nullptr);
+      CHECK(aligned_to(p, 64));
+      off_128 += !aligned_to(p, 128);
+      plain.push_back(p);
+      if (i % 4 != 0) continue;
+      for (size_t a : {size_t(128), size & (0 - size), size_t(4096)}) {
+        void* q = nullptr;
+        REQUIRE(posix_memalign(&q, a, size) == 0);
+        INFO("size ", size, " alignment ", a);
+        CHECK(aligned_to(q, a));
+        CHECK(fw_usable_size(q) >= size);
+        memset(q, 0x5a, size);  // the whole block is the caller's
+        aligned.push_back(q);
+      }
+    }
+    INFO("size ", size);
+    CHECK(off_128 > 0);
+    for (void* p : plain) free(p);
+    for (void* q : aligned) free(q);
+  }
+}
+
 TEST_CASE("posix_memalign, aligned_alloc, memalign and fw_malloc_aligned honour alignments of 16, 32 and 64 MiB") {
   check_alignments(16 * MiB, 64 * MiB, false);
 }
