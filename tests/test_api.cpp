@@ -9,7 +9,6 @@
 // every call below really reaches the allocator. errno is checked right after
 // the call it belongs to, before any other check (reporting may change it).
 #include <doctest/doctest.h>
-
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +18,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <initializer_list>
 #include <set>
 #include <string>
 #include <vector>
@@ -517,38 +517,55 @@ TEST_CASE("posix_memalign, aligned_alloc, memalign and fw_malloc_aligned honour 
   check_alignments(1, 8 * MiB, false);
 }
 
-TEST_CASE("blocks of 128 B to 1 KiB asked for with more than 64 bytes' alignment are aligned, while plain ones of "
-          "those sizes lie at cache colours, aligned to 64 bytes") {
-  // Plain blocks of a coloured class (core/size_class.h) start at a colour,
-  // a multiple of 64 bytes; aligned allocation past 64 takes the class's
-  // plain twin, interleaved with plain allocations of the same size.
-  for (size_t size : {size_t(128), size_t(256), size_t(384), size_t(640), size_t(768), size_t(1024)}) {
-    std::vector<void*> plain, aligned;
-    size_t off_128 = 0;
-    // Up to 64 spans' worth of plain blocks, until one is off 128 bytes (the
-    // colours are in use): a span of these classes takes colour 0 in at most
-    // half the cases.
-    for (size_t i = 0; i < 64 * (256 * KiB / size) && off_128 == 0; i++) {
-      void* p = malloc(opaque(size));
-      REQUIRE(p != nullptr);
-      CHECK(aligned_to(p, 64));
-      off_128 += !aligned_to(p, 128);
-      plain.push_back(p);
-      if (i % 16 != 0) continue;
-      size_t a = size & (0 - size);  // the size's power of two
+namespace {
+
+// Plain blocks of `size` (up to 64 spans' worth, until one lies off 128
+// bytes: the colours are in use) interleaved with aligned ones: every
+// `every` plain blocks, one from posix_memalign and one from aligned_alloc
+// at each alignment in `aligns`, each checked to be aligned and whole.
+// Returns how many plain blocks lay off 128 bytes (all are on 64).
+size_t plain_among_aligned(size_t size, std::initializer_list<size_t> aligns, size_t every) {
+  std::vector<void*> plain, aligned;
+  size_t off_128 = 0;
+  for (size_t i = 0; i < 64 * (256 * KiB / size) && off_128 == 0; i++) {
+    void* p = malloc(opaque(size));
+    REQUIRE(p != nullptr);
+    CHECK(aligned_to(p, 64));
+    off_128 += !aligned_to(p, 128);
+    plain.push_back(p);
+    if (i % every != 0) continue;
+    for (size_t a : aligns) {
+      INFO("size ", size, " alignment ", a);
       void* q = nullptr;
       REQUIRE(posix_memalign(&q, a, size) == 0);
-      CHECK(aligned_to(q, a));
       aligned.push_back(q);
-      q = aligned_alloc(opaque(size_t(128)), size);
+      q = aligned_alloc(opaque(a), size);
       REQUIRE(q != nullptr);
-      CHECK(aligned_to(q, 128));
       aligned.push_back(q);
+      for (void* b : {aligned[aligned.size() - 2], q}) {
+        CHECK(aligned_to(b, a));
+        CHECK(fw_usable_size(b) >= size);
+        memset(b, 0x5a, size);  // the whole block is the caller's
+      }
     }
+  }
+  for (void* p : plain) free(p);
+  for (void* q : aligned) free(q);
+  return off_128;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "blocks of 128 B to 1 KiB asked for with more than 64 bytes' alignment are aligned, while plain ones of "
+    "those sizes lie at cache colours, aligned to 64 bytes") {
+  // Plain blocks of a coloured class (core/size_class.h) start at a colour,
+  // a multiple of 64 bytes; aligned allocation past 64 takes the class's
+  // plain twin. A span of these classes takes colour 0 in at most half the
+  // cases.
+  for (size_t size : {size_t(128), size_t(256), size_t(384), size_t(640), size_t(768), size_t(1024)}) {
     INFO("size ", size);
-    CHECK(off_128 > 0);
-    for (void* p : plain) free(p);
-    for (void* q : aligned) free(q);
+    CHECK(plain_among_aligned(size, {size & (0 - size), size_t(128)}, 16) > 0);
   }
 }
 
@@ -557,31 +574,10 @@ TEST_CASE(
     "sizes whose spans leave slack lie at cache colours, aligned to 64 bytes") {
   // A class past 1 KiB colours its spans within their slack and has no plain
   // twin (core/size_class.h): aligned allocation past 64 bytes takes a later
-  // class, interleaved here with plain allocations of the same size.
+  // class.
   for (size_t size : {size_t(1280), size_t(10240), size_t(20480), size_t(49152), size_t(98304)}) {
-    std::vector<void*> plain, aligned;
-    size_t off_128 = 0;
-    for (size_t i = 0; i < 64 * (256 * KiB / size) && off_128 == 0; i++) {
-      void* p = malloc(opaque(size));
-      REQUIRE(p != nullptr);
-      CHECK(aligned_to(p, 64));
-      off_128 += !aligned_to(p, 128);
-      plain.push_back(p);
-      if (i % 4 != 0) continue;
-      for (size_t a : {size_t(128), size & (0 - size), size_t(4096)}) {
-        void* q = nullptr;
-        REQUIRE(posix_memalign(&q, a, size) == 0);
-        INFO("size ", size, " alignment ", a);
-        CHECK(aligned_to(q, a));
-        CHECK(fw_usable_size(q) >= size);
-        memset(q, 0x5a, size);  // the whole block is the caller's
-        aligned.push_back(q);
-      }
-    }
     INFO("size ", size);
-    CHECK(off_128 > 0);
-    for (void* p : plain) free(p);
-    for (void* q : aligned) free(q);
+    CHECK(plain_among_aligned(size, {size_t(128), size & (0 - size), size_t(4096)}, 4) > 0);
   }
 }
 
