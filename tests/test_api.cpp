@@ -9,6 +9,7 @@
 // every call below really reaches the allocator. errno is checked right after
 // the call it belongs to, before any other check (reporting may change it).
 #include <doctest/doctest.h>
+
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
