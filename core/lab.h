@@ -299,6 +299,19 @@ struct HolderField {
 // (docs/design.md takes it as an extra fraction in the blowup bound). Other
 // LABs keep kPendingBudget.
 //
+// The floor is what a thread's chains may hold in a heap too small for its
+// share to reach it: a term every LAB adds to the bound whatever the heap,
+// paid in full by each thread that frees blocks other threads allocated.
+// It is 1 KiB a slot at kPendingChains slots: 64 blocks of 16 bytes, or one
+// block of 1 KiB or more, a chain; a chain that keeps filling grows within
+// it (pending_grown), so a steady stream of frees into one span still
+// shares a CAS among up to 64 KiB of blocks. Until Stop 84 it was 1 MiB, 16
+// KiB a slot: a producer with three to seven consumers (bench/prodcons, a
+// heap of about 100 KB in use) then ran with 8.3-10.3 MB resident against
+// mimalloc's 6.2-6.8 MB, the producer carving on while its blocks waited in
+// the consumers' chains, and no faster than with 64 KiB (docs/benchmarks.md,
+// Stop 84).
+//
 // A push writes head and room, in that order; the holder alone writes them.
 // Statistics on other threads read span, room and limit for a figure
 // (lab_pending_count, lab_add_pending_frees): those are HolderFields, whose
@@ -324,7 +337,7 @@ static_assert(offsetof(PendingChain, room) == offsetof(PendingChain, head) + 8,
 static_assert(kVspanSize / kMinAlign < 0xffff, "a chain's room fits in 16 bits");
 constexpr unsigned kPendingChains = 64;   // slots a LAB starts with; pending_of_class is a 64-bit mask
 constexpr unsigned kPendingMax = 4096;    // slots a LAB grows to (128 KiB of them, paged in as used)
-constexpr uint32_t kPendingBudget = 1024 * 1024;  // bytes a LAB's chains may hold, at least
+constexpr uint32_t kPendingBudget = 64 * 1024;    // bytes a LAB's chains may hold, at least (above)
 constexpr uint32_t kPendingShare = 16;            // per-thread LABs' chains: 1/16 of the committed bytes
 // At most: every slot of a grown LAB holding a whole span's blocks (a chain
 // takes no more than its span has in use, so a bigger budget buys nothing).
@@ -332,8 +345,8 @@ constexpr uint32_t kPendingBudgetMax = uint32_t(kPendingMax * kVspanSize);
 static_assert(kClassCount <= 64, "kept_classes has a bit per class");
 static_assert((kPendingMax & (kPendingMax - 1)) == 0 && kPendingMax % kPendingChains == 0, "slots double");
 // Blocks a chain of blocks of bsize bytes takes when the LAB has `slots` slots
-// (at least 1) and a budget of `budget` bytes: with kPendingBudget, 16 KiB of
-// blocks with 64 slots, 256 bytes with 4096.
+// (at least 1) and a budget of `budget` bytes: with kPendingBudget, 1 KiB of
+// blocks with 64 slots, one block with 4096.
 FW_INLINE uint32_t pending_limit(uint32_t bsize, uint32_t slots, uint32_t budget) {
   uint32_t bytes = budget / slots;
   return bsize >= bytes ? 1 : bytes / bsize;

@@ -475,6 +475,8 @@ TEST_CASE("a chain that fills before its slot is wanted is followed by one for t
     size_t next = 0;
     uint32_t want = share;
     int chains = 0;
+    bool capped = false;
+    const uint32_t first_in_use = first->carved.load() - Anchor::unpack(first->anchor.load()).count;
     // Each chain fills; the free after it starts the next. The last takes the
     // span's last blocks (no more than it has in use), has no spare room, and
     // goes to the span as it fills, which sends the span to the pool.
@@ -490,10 +492,16 @@ TEST_CASE("a chain that fills before its slot is wanted is followed by one for t
       if (takes == in_use) break;
       CHECK(pending_count(ch) == takes);
       CHECK(Anchor::unpack(first->anchor.load()).count == next - takes);
-      want = 2 * takes;
+      // Twice as long, within the budget: the chain that filled goes to its
+      // span before the next starts, so the budget is all left.
+      const uint32_t budget_blocks = lab->pending_budget / 64;
+      capped |= 2 * takes > budget_blocks;
+      want = std::min(2 * takes, budget_blocks);
     }
     CHECK(next == mine.size());
     CHECK(chains >= 2);
+    // A budget smaller than the span's blocks in use stopped the doubling.
+    if (lab->pending_budget / 64 < first_in_use) CHECK(capped);
     CHECK(ch.span == nullptr);
     CHECK(Anchor::unpack(first->anchor.load()).state == kFree);
     CHECK(fw_check_heap() == 0);
@@ -661,7 +669,7 @@ TEST_CASE("a thread dropping a big heap in random order gets a chain budget that
   }).join();
   std::printf("random frees of 128 MiB of 64-byte blocks: chain budget up to %u KiB, chains held up to %u KiB\n",
               most_budget / 1024, most_held * 64 / 1024);
-  // With the fixed budget of 1 MiB the chains never held more than that. Where
+  // With a fixed budget (kPendingBudget) the chains never held more than it. Where
   // spans of two regions share slots (ThreadSanitizer's layout puts this heap
   // in two regions at the same places), the slots grow on those conflicts while
   // half stay empty, each chain's share shrinks with them, and what the chains

@@ -315,7 +315,7 @@ TEST_CASE("per-CPU mode: a thread dropping a big heap in random order grows its 
   std::printf("per-CPU, random frees of 128 MiB of 64-byte blocks: chain slots grew to %u, budget up to %u KiB, "
               "chains held up to %u KiB\n",
               most_slots, most_budget / 1024, most_held * 64 / 1024);
-  // With the kPendingChains slots and the 1 MiB a CPU's cache had before,
+  // With the kPendingChains slots and the fixed budget a CPU's cache had before,
   // nearly every free evicted a chain of one block (a CAS per free).
   CHECK(most_slots >= 256);
   CHECK(uint64_t(most_held) * 64 > kPendingBudget);
