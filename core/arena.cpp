@@ -8,9 +8,9 @@
 
 namespace fw {
 
-std::atomic<Span*> g_region_map[kRegionMapEntries];
+FW_COLD_BSS std::atomic<Span*> g_region_map[kRegionMapEntries];
 std::atomic<Span*> g_spans{nullptr};
-Region g_regions[kMaxRegions];
+FW_COLD_BSS Region g_regions[kMaxRegions];
 
 namespace {
 
@@ -21,7 +21,7 @@ constexpr size_t kTableBytes = size_t(kMaxRegions) * kSliceBytes;
 constexpr uint32_t kFirstVspans = 4;
 
 std::atomic<uint32_t> g_region_next{0};       // ids below this have been handed out
-std::atomic<uint32_t> g_region_links[kMaxRegions];
+FW_COLD_BSS std::atomic<uint32_t> g_region_links[kMaxRegions];
 struct RegionLink {
   std::atomic<uint32_t>& operator()(uint32_t i) const { return g_region_links[i]; }
 };

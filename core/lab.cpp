@@ -22,16 +22,16 @@ namespace fw {
 // runs. malloc can be called before this file's dynamic initialisers would run
 // (another image's constructors, the Windows CRT's start-up), and a dynamic
 // initialiser running after that would zero state already in use.
-constinit Lab g_lab_empty{};
-constinit Lab g_lab_busy{};
-constinit Lab g_lab_dead{};
-constinit Lab g_lab_secure{};
-constinit Lab g_lab_cpu{};
+constinit FW_COLD_BSS Lab g_lab_empty{};
+constinit FW_COLD_BSS Lab g_lab_busy{};
+constinit FW_COLD_BSS Lab g_lab_dead{};
+constinit FW_COLD_BSS Lab g_lab_secure{};
+constinit FW_COLD_BSS Lab g_lab_cpu{};
 FW_THREAD_SLOT_DEFINE(&g_lab_empty);
 
 namespace {
 
-constinit std::atomic<Lab*> g_lab_table[kMaxLabs]{};
+constinit FW_COLD_BSS std::atomic<Lab*> g_lab_table[kMaxLabs]{};
 constinit std::atomic<uint32_t> g_lab_next{0};
 constinit std::atomic<Lab*> g_lab_all{nullptr};
 constinit std::atomic<uint64_t> g_threads_live{0}, g_threads_created{0};

@@ -14,7 +14,7 @@ namespace {
 constexpr size_t kZeroBytes = size_t(1) << 20;
 constexpr size_t kZeroSlots = kZeroBytes / 16;
 std::atomic<uintptr_t> g_zero_base{0};
-std::atomic<uint64_t> g_zero_used[kZeroSlots / 64];
+FW_COLD_BSS std::atomic<uint64_t> g_zero_used[kZeroSlots / 64];
 std::atomic<uint64_t> g_zero_draws{0};
 
 uint64_t mix64(uint64_t x) {  // splitmix64's finaliser
