@@ -306,11 +306,10 @@ struct HolderField {
 // block of 1 KiB or more, a chain; a chain that keeps filling grows within
 // it (pending_grown), so a steady stream of frees into one span still
 // shares a CAS among up to 64 KiB of blocks. Until Stop 84 it was 1 MiB, 16
-// KiB a slot: a producer with three to seven consumers (bench/prodcons, a
-// heap of about 100 KB in use) then ran with 8.3-10.3 MB resident against
-// mimalloc's 6.2-6.8 MB, the producer carving on while its blocks waited in
-// the consumers' chains, and no faster than with 64 KiB (docs/benchmarks.md,
-// Stop 84).
+// KiB a slot: a producer with two to seven consumers (bench/prodcons, a
+// heap of about 100 KB in use) then peaked at 8.5-10.5 MB resident, now
+// 6.2-6.4, mimalloc 6.0-6.5: the producer carved on while its blocks waited
+// in the consumers' chains. It ran no faster (docs/benchmarks.md, Stop 84).
 //
 // A push writes head and room, in that order; the holder alone writes them.
 // Statistics on other threads read span, room and limit for a figure
