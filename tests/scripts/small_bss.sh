@@ -8,8 +8,12 @@
 set -eu
 lib=$1
 case "$(uname -m)" in x86_64) ;; *) echo "not x86-64: nothing to check"; exit 0 ;; esac
-bss=$(readelf -S -W "$lib" | awk '$2 == ".bss" { print $6 }')
-lbss=$(readelf -S -W "$lib" | awk '$2 == ".lbss" { print $6 }')
+# A section's size is the fourth field after its name (type, address, offset, size),
+# whatever the width of its number in brackets.
+# GNU ld and gold merge the arrays into .lbss; lld 14 keeps .lbss.freeway.
+size_of() { readelf -S -W "$lib" | awk -v s="$1" '{ for (i = 1; i < NF; i++) if ($i ~ s) { print $(i + 4); exit } }'; }
+bss=$(size_of '^[.]bss$')
+lbss=$(size_of '^[.]lbss([.]freeway)?$')
 if [ -z "$bss" ] || [ -z "$lbss" ]; then
   echo "$lib: no .bss or no .lbss section (.bss '${bss}', .lbss '${lbss}')"
   exit 1
