@@ -744,6 +744,15 @@ void lab_defer_free(Lab* lab, Span* s, void* p) {
       ch = &lab->pending[i];
     }
     const uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
+    // A block bigger than the whole budget (past 64 KiB, at the floor:
+    // kPendingBudget) would overrun it alone: it goes to its span at once,
+    // one CAS, as a chain of one block that filled would, counted as
+    // chain_close counts (the class read while the block still holds s).
+    if (FW_UNLIKELY(bsize > lab->pending_budget)) {
+      lab_count(lab->lists[s->cls.load(std::memory_order_relaxed)].frees);
+      span_free_list(s, p, p, 1);
+      return;
+    }
     uint32_t limit = pending_limit(bsize, lab->pending_mask + 1, lab->pending_budget);
     if (filled != 0) {
       const uint32_t grown = pending_grown(filled, bsize, lab->pending_budget, lab->pending_bytes);

@@ -310,6 +310,9 @@ struct HolderField {
 // heap of about 100 KB in use) then peaked at 8.5-10.5 MB resident, now
 // 6.2-6.4, mimalloc 6.0-6.5: the producer carved on while its blocks waited
 // in the consumers' chains. It ran no faster (docs/benchmarks.md, Stop 84).
+// A block bigger than a LAB's whole budget (past 64 KiB, at the floor) would
+// overrun it alone, so it takes no chain: it goes to its span at once, one
+// CAS (lab_defer_free).
 //
 // A push writes head and room, in that order; the holder alone writes them.
 // Statistics on other threads read span, room and limit for a figure

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -506,6 +507,34 @@ TEST_CASE("a chain that fills before its slot is wanted is followed by one for t
     CHECK(Anchor::unpack(first->anchor.load()).state == kFree);
     CHECK(fw_check_heap() == 0);
     for (void* p : f.others) fw_free(p);
+  }).join();
+  CHECK(fw_check_heap() == 0);
+}
+
+TEST_CASE(
+    "a block bigger than a LAB's whole chain budget goes to its span at once: the chains never hold more than "
+    "the budget") {
+  // At the floor every block past kPendingBudget is one: 80-128 KiB.
+  REQUIRE(kSmallMax > kPendingBudget);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 16; i++) {
+    blocks.push_back(fw_malloc(kSmallMax));
+    std::memset(blocks.back(), 1, 64);
+  }
+  std::thread([&] {
+    fw_free(fw_malloc(16));  // binds this thread's LAB
+    Lab* lab = lab_current();
+    CHECK(lab->pending_budget == kPendingBudget);
+    const uint64_t frees_before = lab->lists[class_of(kSmallMax)].frees;
+    bool over = false;
+    for (void* p : blocks) {
+      fw_free(p);  // into a span the main thread's LAB owns
+      over |= lab->pending_bytes > lab->pending_budget;
+    }
+    CHECK_FALSE(over);
+    CHECK(lab->pending_bytes == 0);
+    CHECK(lab->lists[class_of(kSmallMax)].frees == frees_before + blocks.size());
+    CHECK(fw_check_heap() == 0);
   }).join();
   CHECK(fw_check_heap() == 0);
 }
