@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "platform/cold_bss.h"
+
 #define FW_LIKELY(x) __builtin_expect(!!(x), 1)
 #define FW_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define FW_INLINE inline __attribute__((always_inline))
@@ -18,19 +20,6 @@
 #define FW_HIDDEN
 #else
 #define FW_HIDDEN __attribute__((visibility("hidden")))
-#endif
-
-// On the core's big arrays of globals, of which a process touches a page or
-// a few, or nothing (the placeholder LABs, the LAB table, the region map):
-// x86-64 ELF's large-data section, which the linker places after .bss. The
-// small globals every process touches as it starts then lie together on a
-// page or two of .bss, not each on its own page between the arrays (each
-// page a fault or two at every start: docs/design.md, What a start costs).
-// Elsewhere (PE, other ELF targets) the arrays stay in .bss.
-#if defined(__ELF__) && defined(__x86_64__)
-#define FW_COLD_BSS __attribute__((section(".lbss.freeway")))
-#else
-#define FW_COLD_BSS
 #endif
 
 // FREEWAY_HARDENING=0 compiles out the per-free checks of secure.h (only to

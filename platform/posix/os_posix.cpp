@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "platform/cold_bss.h"
 #include "platform/os.h"
 #include "platform/read_once.h"
 #if defined(__linux__)
@@ -416,13 +417,9 @@ namespace {
 // FREEWAY_SECURE=1 program would run unsecured). Read once, by the only
 // thread there is then; entries past kEnvBytes - 1 are not seen.
 constexpr size_t kEnvBytes = 32768;
-#if defined(__ELF__) && defined(__x86_64__)
-// Past .bss, with the core's big arrays (FW_COLD_BSS, core/config.h): most
-// processes never read it, and in .bss it kept this file's small globals
-// eight pages apart.
-__attribute__((section(".lbss.freeway")))
-#endif
-char g_env[kEnvBytes];
+// Past .bss (platform/cold_bss.h): most processes never read it, and in .bss
+// it kept this file's small globals eight pages apart.
+FW_COLD_BSS char g_env[kEnvBytes];
 size_t g_env_len = 0;
 bool g_env_read = false;
 
