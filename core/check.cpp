@@ -41,9 +41,8 @@ int check_heap() {
       uint64_t n = 0;
       for (void* b = lab->lists[c].head; b != nullptr && n < (1u << 20); b = block_next(b)) n++;
       in_use[c] -= n;  // owner-side free blocks (wraps back when the spans are added)
-      // The own lists of its kept spans (its hot span's frees are on free[c],
-      // its own count counting them as frees: span.h).
-      in_use[c] -= lab_kept_own_frees(lab, c);  // a taken span is FREE: not counted below
+      // The own lists of its hot and kept spans (span.h).
+      in_use[c] -= lab_own_frees(lab, c);  // a taken span is FREE: not counted below
     }
   }
   if (pooled != kept_pool_taken())

@@ -13,14 +13,15 @@
 //   low bits of block 0's address, multiply by the descriptor's multiplier,
 //   rotate by a constant, compare with carved: secure.h); canary check and
 //   set; push onto the list the descriptor's own_at names, free[c] for the
-//   hot span, the span's own list for a kept one (a plain link,
-//   block_link_fast), and add one to the descriptor's own count; restore the
-//   slot. The descriptor's fields are read by the instructions that use them,
-//   and the count is added to in place (relaxed.h). The LAB's frees[c] is not
-//   touched: the own count is the free's count until it is added there
-//   (own_take, hot_leave: lab.h), so this case loads no class. Nor does a free
-//   onto a pending chain: the chain's blocks are counted when it goes to its
-//   span (chain_flush, lab.h).
+//   hot span (and a per-thread LAB's kept spans of a class listed across its
+//   spans, lab.h), the span's own list for a kept one (a plain link,
+//   block_link_fast), and add one to the list's count, the word after its
+//   head (own_count_after: the LAB's frees[c], or the descriptor's own
+//   count); restore the slot. The descriptor's fields are read by the
+//   instructions that use them, and the count is added to in place
+//   (relaxed.h), so this case loads no class. Nor does a free onto a pending
+//   chain: the chain's blocks are counted when it goes to its span
+//   (chain_flush, lab.h).
 // 36 instructions on x86-64 up to the return (GCC 12, objdump), 41 for the
 // pending case (43 while it loaded the class and counted each free), with no
 // register saved: the slow paths take p first, where
@@ -177,10 +178,9 @@ FW_INLINE void free_block_impl(void* p, size_t n_size, bool aligned) {
   // (the block check's multiplier is the descriptor's).
   const auto cls = [d] { return size_t(d->cls.load(std::memory_order_relaxed)); };
   if (FW_LIKELY(equal_relaxed(d->owner, lab))) {
-    // A span the LAB owns, hot or kept (lab.h): onto the span's own list,
-    // even its last block in use (a kept span its owner empties stays kept). The span's
-    // own count is the only count: the list's blocks are counted as frees
-    // when it is taken (own_take, lab.h).
+    // A span the LAB owns, hot or kept (lab.h): onto the list its own_at
+    // names, even its last block in use (a kept span its owner empties stays
+    // kept), counted in the word after that list's head (own_count_after).
     if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, kSized ? cls() : 0, n_size, aligned)))
       return free_slow(p, lab, d);
     own_push_fast(d, p);

@@ -335,6 +335,20 @@ bool keeps_spans(const Lab* lab) {
   return (kind == kLabThread || kind == kLabParked || kind == kLabCpu) && !secure_mode();
 }
 
+// Whether lab's holder frees blocks of its kept spans of class c onto
+// free[c], with those of its hot span (lab.h, "The class's list across its
+// spans"): a per-thread LAB's (and a parked one's, which was), for a class
+// whose spans hold few blocks.
+bool lists_kept_frees(const Lab* lab, unsigned c) {
+  const uint32_t kind = lab->kind.load(std::memory_order_relaxed);
+  return (kind == kLabThread || kind == kLabParked) && !secure_mode() && lists_across_spans(c);
+}
+
+// own_at (span.h) for span s, which lab keeps in class c.
+uintptr_t kept_list_at(const Lab* lab, unsigned c, const Span* s) {
+  return lists_kept_frees(lab, c) ? own_hot_at(lab, c) : own_list_at(s);
+}
+
 // Blocks kept span k has free: on its owner-side list and on its remote list.
 // a: an anchor word of k read by the caller.
 uint32_t kept_free_count(const Span* k, const Anchor& a) {
@@ -426,8 +440,8 @@ void kept_release(Lab* lab, unsigned c, unsigned i) {
 }
 
 // Span s becomes lab's hot span of class c: its owner's frees go onto free[c]
-// (own_at, span.h), counted in its own count, whose list stays empty. fresh:
-// s came from outside lab (hot_fresh).
+// (own_at, span.h), counted in the LAB's frees[c] (own_prepend); its own list
+// stays empty. fresh: s came from outside lab (hot_fresh).
 void hot_enter(Lab* lab, unsigned c, Span* s, bool fresh) {
   lab->hot[c] = s;
   lab->hot_fresh = (lab->hot_fresh & ~(uint64_t(1) << c)) | (uint64_t(fresh) << c);
@@ -435,16 +449,13 @@ void hot_enter(Lab* lab, unsigned c, Span* s, bool fresh) {
 }
 
 // lab's hot span s of class c stops being hot (it is kept, floated or given
-// back): the frees its own count holds are added to lab's frees[c], and its
-// owner's frees go onto its own list from here.
-void hot_leave(Lab* lab, unsigned c, Span* s) {
-  lab_count_n(lab->lists[c].frees, own_count(s));
-  own_set(s, nullptr, 0);
-  s->own_at.store(own_list_at(s), std::memory_order_relaxed);
-}
+// back): its owner's frees go where a kept span's go from here (kept_list_at);
+// its own list is empty, as a hot span's always is.
+void hot_leave(Lab* lab, unsigned c, Span* s) { s->own_at.store(kept_list_at(lab, c, s), std::memory_order_relaxed); }
 
 // Gives the hot span of class c back with its blocks on free[c], and leaves
-// the class without one.
+// the class without one. free[c] holds no other span's blocks (release_kept
+// returned them).
 void hot_release(Lab* lab, unsigned c) {
   Span* s = lab->hot[c];
   hot_leave(lab, c, s);
@@ -453,8 +464,49 @@ void hot_release(Lab* lab, unsigned c) {
   lab->lists[c].head = nullptr;
 }
 
-// Gives back every kept span of class c.
+}  // namespace
+
+// A block that leaves free[c] for its span's own list was counted as a free
+// when it was pushed (lists[c].frees), and its own count counts it again, so
+// it is taken off frees: every such block was pushed since its span stopped
+// being hot (a span is kept only while free[c] is empty), so frees never
+// goes below 0. Nothing to do in a LAB that keeps its frees apart by span,
+// whose free[c] holds only hot[c]'s blocks.
+void lab_return_kept_frees(Lab* lab, unsigned c) {
+  if (!lists_kept_frees(lab, c) || lab->kept_n[c] == 0) return;
+  const Span* hot = lab->hot[c];
+  void* stay = nullptr;  // the last block that stays; nullptr: none yet
+  void* b = lab->lists[c].head;
+  uint64_t moved = 0;
+  while (b != nullptr) {
+    void* const next = block_next(b);
+    Span* s = span_of(b);
+    if (s == hot) {  // stays: linked after the last that stays
+      if (stay == nullptr)
+        lab->lists[c].head = b;
+      else
+        block_link(stay, b);
+      stay = b;
+    } else {
+      const uintptr_t list = own_list_at(s);
+      block_link(b, word_load_relaxed(list));
+      own_prepend(list, b);
+      moved++;
+    }
+    b = next;
+  }
+  if (stay == nullptr)
+    lab->lists[c].head = nullptr;
+  else
+    block_link(stay, nullptr);
+  lab->lists[c].frees.store(lab->lists[c].frees.load(std::memory_order_relaxed) - moved, std::memory_order_relaxed);
+}
+
+namespace {
+
+// Gives back every kept span of class c, their blocks on free[c] first.
 void release_kept(Lab* lab, unsigned c) {
+  lab_return_kept_frees(lab, c);
   while (lab->kept_n[c] > 0) kept_release(lab, c, lab->kept_n[c] - 1u);
 }
 
@@ -482,6 +534,21 @@ void release_empty_kept(Lab* lab) {
     i = 0;
   }
   lab->kept_next = d + 1;
+  // A class the thread took no block of since the last look at it gives
+  // the blocks of its kept spans on its list back to them, which may empty
+  // some (lab.h, the class's list across its spans). A class in use keeps
+  // its list whole: returning all but as many blocks as it took since (a
+  // thread cache's low-water mark) walked that many blocks at each look, a
+  // miss each (docs/benchmarks.md, Stop 85). Only frees since the last
+  // return can have put such blocks there: a list left with its hot span's
+  // blocks alone is not walked again at each look.
+  const uint64_t allocs = lab->lists[d].allocs.load(std::memory_order_relaxed);
+  if (allocs == lab->kept_seen[d].allocs &&
+      lab->lists[d].frees.load(std::memory_order_relaxed) != lab->kept_seen[d].frees) {
+    lab_return_kept_frees(lab, d);
+    lab->kept_seen[d].frees = lab->lists[d].frees.load(std::memory_order_relaxed);
+  }
+  lab->kept_seen[d].allocs = allocs;
   // kept_release moves the last entry into i: i is looked at again.
   for (unsigned looked = 0; looked < kKeptLook && i < lab->kept_n[d]; looked++) {
     Span* k = lab->kept_at(d, i);
@@ -675,14 +742,13 @@ uint32_t lab_parked_count() {
 }
 
 uint64_t lab_frees_of(const Lab* lab, unsigned c) {
-  uint64_t n = lab->lists[c].frees.load(std::memory_order_relaxed);
-  // The frees its spans' own counts hold (own_take and hot_leave add them).
-  if (const Span* h = lab->hot[c]) n += own_count(h);
-  return n + lab_kept_own_frees(lab, c);
+  // The frees its spans' own counts hold (own_take adds them).
+  return lab->lists[c].frees.load(std::memory_order_relaxed) + lab_own_frees(lab, c);
 }
 
-uint64_t lab_kept_own_frees(const Lab* lab, unsigned c) {
+uint64_t lab_own_frees(const Lab* lab, unsigned c) {
   uint64_t n = 0;
+  if (const Span* h = lab->hot[c]) n += own_count(h);
   const unsigned kept = lab->kept_n[c];
   for (unsigned i = 0; i < kept && i < kKeptEntries; i++) {
     const Span* k = lab->kept_at(c, i);
@@ -909,7 +975,8 @@ void* lab_refill(Lab* lab, unsigned c) {
 
 void lab_free_block(Lab* lab, void* p, Span* d) {
   if (d->owner.load(std::memory_order_relaxed) == lab) {
-    own_push(d, p);  // a kept span its owner empties stays kept (release_empty_kept); counted by own_take or hot_leave
+    own_push(d, p);  // a kept span its owner empties stays kept (release_empty_kept); counted in the word after its
+                     // list head (own_count_after)
   } else {
     lab_defer_free(lab, d, p);  // batched: one CAS per run of frees into one span; counted by chain_flush
   }
@@ -964,15 +1031,21 @@ uint64_t lab_held_bytes() {
 
 namespace {
 
+// Whether b is the start of a carved block of small span s.
+bool block_of(const Span* s, const void* b) {
+  const uintptr_t base = span_blocks(s);
+  const uintptr_t off = reinterpret_cast<uintptr_t>(b) - base;
+  const uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
+  return reinterpret_cast<uintptr_t>(b) >= base && bsize != 0 && off % bsize == 0 &&
+         off / bsize < s->carved.load(std::memory_order_relaxed);
+}
+
 // The own list (own_head, span.h) of a span a LAB owns: blocks of it, as many as its count.
 bool own_list_is_valid(const Span* s) {
-  uintptr_t base = span_blocks(s);
-  uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
   uint32_t carved = s->carved.load(std::memory_order_relaxed);
   uint32_t n = 0;
   for (void* b = own_head(s); b != nullptr && n <= carved; b = block_next(b), n++) {
-    uintptr_t off = reinterpret_cast<uintptr_t>(b) - base;
-    if (reinterpret_cast<uintptr_t>(b) < base || off % bsize != 0 || off / bsize >= carved)
+    if (!block_of(s, b))
       return report_invariant("lab: an owned span's own list holds a block not of it", span_index(s));
   }
   if (n != own_count(s)) return report_invariant("lab: an owned span's own list differs from its count", span_index(s));
@@ -1032,19 +1105,20 @@ bool lab_is_valid(const Lab* lab) {
     if (s->cls.load(std::memory_order_relaxed) != c) ok = report_invariant("lab: hot span of another class", c);
     if (s->own_at.load(std::memory_order_relaxed) != own_hot_at(lab, c))
       ok = report_invariant("lab: the hot span's frees do not go to free[c]", c);
-    uintptr_t base = span_blocks(s);
-    uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
-    uint32_t carved = s->carved.load(std::memory_order_relaxed);
-    uint32_t n = 0;
-    for (void* b = lab->lists[c].head; b != nullptr && n <= carved; b = block_next(b), n++) {
-      uintptr_t off = reinterpret_cast<uintptr_t>(b) - base;
-      if (reinterpret_cast<uintptr_t>(b) < base || off % bsize != 0 || off / bsize >= carved) {
-        ok = report_invariant("lab: free list holds a block not of its hot span", c);
+    // free[c]: blocks of s, and in a LAB that lists its kept spans' frees
+    // there, of those spans; no more than they all hold (else a cycle).
+    const uint64_t most = uint64_t(lab->kept_n[c] + 1u) * s->capacity.load(std::memory_order_relaxed);
+    uint64_t n = 0;
+    for (void* b = lab->lists[c].head; b != nullptr && n <= most; b = block_next(b), n++) {
+      if (block_of(s, b)) continue;
+      const Span* bs = lists_kept_frees(lab, c) ? span_of(b) : nullptr;
+      if (bs == nullptr || !kept_live(lab, c, bs) || !block_of(bs, b)) {
+        ok = report_invariant("lab: free list holds a block not of its hot span or, where it may, a kept one", c);
         break;
       }
     }
-    if (n > carved) ok = report_invariant("lab: free list longer than the span (cycle?)", c);
-    if (own_head(s) != nullptr) ok = report_invariant("lab: hot span with an own list", c);
+    if (n > most) ok = report_invariant("lab: free list longer than its spans (cycle?)", c);
+    if (own_head(s) != nullptr || own_count(s) != 0) ok = report_invariant("lab: hot span with an own list", c);
   }
   if (lab->kept_next > kClassCount) ok = report_invariant("lab: kept_next past the classes", lab->kept_next);
   uint64_t kept_bytes = 0;
@@ -1068,7 +1142,7 @@ bool lab_is_valid(const Lab* lab) {
       if (s == lab->hot[c] && !hot_is_fresh(lab, c))
         ok = report_invariant("lab: an entry names the hot span", span_index(s));
       if (!kept_live(lab, c, s)) continue;  // stale: a freer took its span (span_keep)
-      if (s == lab->hot[c] || s->own_at.load(std::memory_order_relaxed) != own_list_at(s))
+      if (s == lab->hot[c] || s->own_at.load(std::memory_order_relaxed) != kept_list_at(lab, c, s))
         ok = report_invariant("lab: kept span is the hot one, or its frees go elsewhere", span_index(s));
       for (unsigned j = 0; j < i; j++)
         if (lab->kept_at(c, j) == s) ok = report_invariant("lab: span kept twice", span_index(s));

@@ -40,15 +40,20 @@
 //   hot[kNoClass] == nullptr (span.h: the class of a span without small blocks)
 //   hot[c] == nullptr  =>  free[c] == nullptr  (free[c]: lists[c].head)
 //   hot[c] != nullptr  =>  hot[c] is HOT with owner == this LAB, class c and
-//                          own_at == &free[c], free[c] lists only blocks of
-//                          hot[c], and hot[c]'s own list is empty (its own
-//                          count counts its holder's frees onto free[c] since
-//                          it became hot, added to frees[c] when it stops:
-//                          hot_leave; a CPU's sections count theirs in
-//                          lists[c].frees as they push, percpu.h)
-//   every span the LAB keeps has own_at == its own list's head, and an own list
-//   (own_head, span.h) of own_count of its blocks, which its holder pushes onto.
-//   lists[c].allocs and lists[c].frees only grow, and are written by the
+//                          own_at == &free[c]; free[c] lists only blocks of
+//                          hot[c] and, in a per-thread LAB for a class listed
+//                          across its spans (lists_across_spans, below), of its
+//                          live kept spans of class c; hot[c]'s own list is
+//                          empty and its count 0 (every push onto free[c] is
+//                          counted in lists[c].frees as it is made:
+//                          own_count_after)
+//   every span the LAB keeps has own_at == its own list's head, or &free[c]
+//   where its class is listed across its spans, and an own list (own_head,
+//   span.h) of own_count of its blocks, which its holder pushes onto.
+//   lists[c].allocs only grows, and lists[c].frees too but where
+//   lab_return_kept_frees takes off it the blocks it moves from free[c] to
+//   own lists (each counted there when pushed: never below 0). They are
+//   written by the
 //   LAB's holder (relaxed), or, while the LAB is in a CPU's slot, by the
 //   restartable sections of that CPU, whose one committing store writes the
 //   count with the list head (percpu.h); never by both, since a LAB in a slot
@@ -206,6 +211,44 @@ constexpr unsigned kKeptLook = 16;
 // Lab::kept_pos once release_empty_kept looked at a class's last entry: past
 // every class's entries.
 constexpr uint32_t kKeptDone = 0xffffffffu;
+
+// The class's list across its spans. A per-thread LAB's holder frees the
+// blocks of its kept spans of a class whose spans hold at most
+// kListAcrossBlocks blocks (4 KiB and up) onto free[c] too, as it frees those
+// of its hot span, so the next block of the class handed out is the one
+// freed last, whatever its span, as a thread cache's list hands them out in
+// tcmalloc. With a list per span, such a class (8-128 KiB blocks: 2 to 32 a
+// span) switched kept spans at most mallocs (kept_switch: two CASes, the
+// first waiting for the store buffer to drain), each handing out a block
+// that had waited in its span since its free, its line long out of the
+// cache: larson-medium ran at a third of tcmalloc's speed, and now runs
+// ahead of it (docs/benchmarks.md, Stops 83-85).
+//
+// A block on free[c] is in use as far as its span knows: neither its remote
+// list nor its own list holds it. So a freer never finds a kept span empty
+// while some of its blocks wait on free[c] (span_keep's rule stands), and a
+// kept span comes out empty only once they went back to its own list. They
+// go back (lab_return_kept_frees, one span lookup a block):
+//   - at a look of release_empty_kept at a class the thread took no block
+//     of since the last look (each span taken from the shared stacks looks
+//     at the next class with kept spans), so that the spans of a class no
+//     longer used go back to the span-pool within two looks, not one;
+//   - before the LAB gives its kept spans back (thread exit, fw_collect,
+//     lab_reclaim).
+// Every block on free[c] lies in a span the LAB owns, hot or kept, so the
+// bound's per-cache term is what it was (kept spans count in full).
+//
+// Smaller blocks keep a list per kept span, which a switch takes whole: with
+// a span of 64 blocks or more a switch comes once in that many mallocs at
+// most. Their lists across spans cost more than they gave: a structure
+// dropped whole sat on free[c] until a look returned it, one miss a block
+// (phases: twice as slow), and a bound on free[c] that sent the frees past it
+// to their spans cost free's fast path four instructions (threadtest and
+// bench/teardown 8-13% slower; docs/benchmarks.md, Stop 85). A CPU LAB keeps
+// a list per span in every class: its threads move between CPUs, and it
+// keeps one span a class.
+constexpr uint32_t kListAcrossBlocks = 64;
+FW_INLINE bool lists_across_spans(unsigned c) { return class_info(c).capacity <= kListAcrossBlocks; }
 
 // A field of a LAB that only its holder writes and other threads read for
 // figures (lab_frees_of, lab_pending_count): relaxed loads and stores, which
@@ -409,6 +452,9 @@ struct Lab {
   HolderField<uint16_t> kept_n[kClassCount];     // kept spans of each class (kept_at)
   HolderField<uint16_t> kept_look[kClassCount];  // where kept_switch's next look starts
   uint64_t kept_classes;  // bit c: kept_n[c] > 0 (release_empty_kept visits only those classes)
+  struct {
+    uint64_t allocs, frees;
+  } kept_seen[kClassCount];  // lists[c]'s counts at release_empty_kept's last look at class c
   // Bit c: hot[c] came from the shared stacks or a chain's adoption and was
   // not kept since, so a stale entry of class c may name it (kept_set drops
   // them as it keeps it).
@@ -473,10 +519,10 @@ FW_INLINE bool kept_has_room(const Lab* lab, unsigned c) {
 FW_INLINE bool kept_live(const Lab* lab, unsigned c, const Span* s) {
   return span_kept_by(s, Anchor::unpack(s->anchor.load(std::memory_order_acquire)), lab, c);
 }
-// The blocks on the own lists of lab's live kept spans of class c: frees of
-// lab's not yet in lists[c].frees (lab_frees_of, and fw_check_heap's count
-// of free blocks).
-uint64_t lab_kept_own_frees(const Lab* lab, unsigned c);
+// The blocks on the own lists of lab's hot span and live kept spans of
+// class c: frees of lab's not yet in lists[c].frees (lab_frees_of, and
+// fw_check_heap's count of free blocks).
+uint64_t lab_own_frees(const Lab* lab, unsigned c);
 
 extern FW_HIDDEN Lab g_lab_empty;  // a thread that has not called freeway yet
 extern FW_HIDDEN Lab g_lab_busy;   // the thread is inside malloc/free
@@ -589,6 +635,9 @@ FW_INLINE size_t lab_list_offset(unsigned c) { return offsetof(Lab, lists) + c *
 FW_INLINE uintptr_t own_hot_at(const Lab* lab, size_t c) { return reinterpret_cast<uintptr_t>(&lab->lists[c].head); }
 static_assert(sizeof(void*) == sizeof(uintptr_t) && sizeof(std::atomic<uint64_t>) == sizeof(uintptr_t),
               "own_at names a one-word list head either way");
+static_assert(offsetof(ClassList, frees) == offsetof(ClassList, head) + sizeof(void*) &&
+                  offsetof(Span, own_frees) == offsetof(Span, large_size) + sizeof(void*),
+              "either list's count is the word after its head (own_count_after)");
 
 // The owner pushes block p (checked and canaried) of owned span s onto the
 // list own_at names: free[c] for its hot span, where it is the next block of
@@ -603,20 +652,29 @@ static_assert(sizeof(void*) == sizeof(uintptr_t) && sizeof(std::atomic<uint64_t>
 // temporary between two long-lived blocks of its class then got the
 // long-lived ones spread over more lines, in an order its walks over them
 // missed on (prog-python's collector).
-FW_INLINE void own_prepend(Span* s, uintptr_t at, void* p) {  // p already linked to at's head
+//
+// The count is the word after the list's head, whichever list: free[c]'s is
+// the LAB's frees[c] (ClassList), an own list's the descriptor's own_frees
+// (span.h), as per-CPU mode's section counts (rseq_push_owned). So a free
+// onto free[c] writes only the LAB's line, and an own count is always its
+// list's length.
+FW_INLINE std::atomic<uint64_t>& own_count_after(uintptr_t at) {
+  return *reinterpret_cast<std::atomic<uint64_t>*>(at + sizeof(void*));
+}
+FW_INLINE void own_prepend(uintptr_t at, void* p) {  // p already linked to at's head
   word_store_relaxed(at, p);
-  single_writer_add_one_after(s->own_frees, p);  // after p's link and canary (span.h, own_frees)
+  single_writer_add_one_after(own_count_after(at), p);  // after p's link and canary (span.h, own_frees)
 }
 FW_INLINE void own_push(Span* s, void* p) {
   const uintptr_t at = s->own_at.load(std::memory_order_relaxed);
   block_link(p, word_load_relaxed(at));
-  own_prepend(s, at, p);
+  own_prepend(at, p);
 }
 // own_push for free's per-thread fast path (never in secure mode: block_link_fast).
 FW_INLINE void own_push_fast(Span* s, void* p) {
   const uintptr_t at = s->own_at.load(std::memory_order_relaxed);
   block_link_fast(p, word_load_relaxed(at));
-  own_prepend(s, at, p);
+  own_prepend(at, p);
 }
 
 // A LAB bound to the calling thread (released at its exit); nullptr if no
@@ -667,6 +725,13 @@ void lab_collect_current(Collect what);
 void lab_defer_free(Lab* lab, Span* s, void* p);
 // Gives every pending chain of lab to its span.
 void lab_flush_pending(Lab* lab);
+// The blocks of lab's kept spans of class c on free[c] go back to their
+// spans' own lists (the class's list across its spans, above), its hot
+// span's staying on free[c] in their order; a kept span whose blocks are
+// all free then looks empty to its LAB's looks and to a freer (span.h,
+// span_keep). Nothing in a LAB or class that lists its kept spans' frees
+// by span. Its holder calls this.
+void lab_return_kept_frees(Lab* lab, unsigned c);
 // Flushes every parked LAB and makes it idle (fw_collect).
 void lab_collect_parked();
 // Parked LABs now (a figure).

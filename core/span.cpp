@@ -364,7 +364,7 @@ void span_keep(Span* s) {
     a.kept = true;
     a.tag++;
     // Release: a freer that reads the bit with acquire sees the own list
-    // reset for its kept life (hot_leave) and the class and carved count.
+    // empty for its kept life (a hot span's always is) and the class and carved count.
     if (anchor_cas(s, w, a)) return;
   }
 }

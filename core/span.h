@@ -61,7 +61,8 @@
 //   reuse_cls   the thread that pushes the span on a reusable stack, before the push.
 //   large_size  a large or huge head's usable bytes; while a small span is
 //               HOT, the head of its owner-side free list (own_head).
-//   own_frees   the owning LAB while HOT (own_count); stale in other states.
+//   own_frees   the owning LAB while HOT (own_count: its own list's length, 0
+//               while it is its LAB's hot span); stale in other states.
 //               Its add is ordered after the pushed block's link and canary
 //               (own_prepend, lab.h), so that a freer that takes a kept span
 //               counting it finds no write of the owner's still to come.
@@ -151,8 +152,10 @@ struct alignas(128) Span {
   std::atomic<uint32_t> run_len;
   // While the span is HOT: the list its owner's frees of its blocks go onto
   // (own_push, lab.h), the owner LAB's free[cls] while the span is that LAB's
-  // hot span of its class, its own list's head (large_size) while kept. So
-  // the owner's free reaches either with one load and no branch on which.
+  // hot span of its class or a per-thread LAB keeps it, its own list's head
+  // (large_size) while a CPU LAB keeps it (lab.h, "The class's list across
+  // its spans"). So the owner's free reaches either with one load and no
+  // branch on which.
   // Written by the owner only, set whenever the span becomes hot or kept;
   // stale in every other state, where no owner's free reads it.
   std::atomic<uintptr_t> own_at;
@@ -195,16 +198,18 @@ FW_INLINE void* block_at(uintptr_t base, uint32_t index) {
   return index == 0 ? nullptr : reinterpret_cast<void*>(base + (uintptr_t(index - 1) << 4));
 }
 
-// The owner-side list of a span its LAB keeps (lab.h: the owner frees a kept
-// span's blocks onto it; kept_switch moves it to the LAB's free[c] when the
-// span is hot again). It lives in the descriptor: the head in `large_size`
-// (which only large and huge blocks use; links are encoded as in free[c],
-// secure.h), the count in `own_frees`. While the span is its LAB's hot
-// span the list is empty, its owner's frees going onto free[c] (own_at), and
-// the count counts those frees until they are added to the LAB's frees[c]
-// when it stops being hot (hot_leave, lab.cpp): one count on free's path for
-// both. Written by the owner only (relaxed loads and stores); the count is
-// read by statistics, fw_check_heap and telemetry.
+// The owner-side list of a span its LAB keeps (lab.h): a CPU LAB's frees of
+// a kept span's blocks go onto it, and a per-thread LAB's kept spans get
+// back onto it the blocks of theirs that leave free[c] (kept_frees_return,
+// lab.cpp); kept_switch moves it to the LAB's free[c] when the span is hot
+// again. It lives in the descriptor: the head in `large_size` (which only
+// large and huge blocks use; links are encoded as in free[c], secure.h), the
+// count in `own_frees`, the word after the head as free[c]'s count is
+// (own_count_after, lab.h). While the span is its LAB's hot span the list is
+// empty and the count 0, its owner's frees going onto free[c] (own_at) and
+// counted in the LAB's frees[c]. Written by the owner only (relaxed loads and
+// stores); the count is read by statistics, fw_check_heap, telemetry and a
+// freer of a kept span (span_free_list).
 FW_INLINE void* own_head(const Span* s) {
   return reinterpret_cast<void*>(uintptr_t(s->large_size.load(std::memory_order_relaxed)));
 }
@@ -218,8 +223,6 @@ FW_INLINE void own_set(Span* s, void* head, uint64_t count) {
 }
 // own_at's value for a kept span: its own list's head.
 FW_INLINE uintptr_t own_list_at(const Span* s) { return reinterpret_cast<uintptr_t>(&s->large_size); }
-// Whether owned span s is its LAB's hot span (its frees go to the LAB's free[c]).
-FW_INLINE bool own_is_hot(const Span* s) { return s->own_at.load(std::memory_order_relaxed) != own_list_at(s); }
 // Taking the list counts its blocks as frees: own_take, lab.h.
 // Free blocks a non-hot span needs before it is reusable.
 uint32_t reuse_threshold(uint32_t capacity);

@@ -96,9 +96,10 @@ void mirror_span(const Span& d, fwt_span* out) {
     r.committed = d.committed.load(std::memory_order_relaxed);
     // large_size is a large head's size; a HOT span's own list head (span.h).
     if (a.state == kLarge || a.state == kHuge) r.large_size = d.large_size.load(std::memory_order_relaxed);
-    // A kept span's own list (lab.h); own_frees means nothing in other
-    // states, and a hot span's frees are on its LAB's free[c] (span.h).
-    if (a.state == kHot && !own_is_hot(&d)) r.own_free = uint32_t(own_count(&d));
+    // An owned span's own list (span.h): empty for a hot one, whose frees
+    // are on its LAB's free[c], as a per-thread LAB's kept spans' are;
+    // own_frees means nothing in other states.
+    if (a.state == kHot) r.own_free = uint32_t(own_count(&d));
     // A small span's colour: block 0's offset from its base (arena.h).
     if (a.state == kHot || a.state == kFull || a.state == kPartial)
       r.colour = span_colour_of(&d);

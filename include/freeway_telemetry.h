@@ -146,9 +146,11 @@ typedef struct fwt_span {
   uint64_t committed;     /* bytes committed from the span's base (run head: whole run) */
   uint64_t large_size;    /* LARGE/HUGE head: usable bytes of the block */
   uint32_t own_free;      /* since 1.2: HOT span: blocks on its owner's list in the descriptor (the span's
-                             own list, core/lab.h: its owner's frees into a span it keeps; a hot span's go
-                             onto its cache's list, and its own list is empty); a reader of 1.0/1.1
-                             records sees 0 */
+                             own list, core/lab.h: a per-CPU cache's frees into a span it keeps, and the
+                             blocks a per-thread cache's class list gave back to its kept spans; its
+                             other frees go onto its cache's class list, whose blocks count as in use
+                             here, and a hot span's own list is empty); a reader of 1.0/1.1 records
+                             sees 0 */
   uint32_t colour;        /* since 1.4 (was reserved, 0): HOT, FULL or PARTIAL span: bytes from its base to
                              its block 0, its cache colour (core/size_class.h); 0 otherwise */
 } fwt_span;

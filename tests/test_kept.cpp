@@ -99,6 +99,14 @@ Span* empty_first_of_three(std::vector<void*>* v) {
   return first;
 }
 
+// Frees blocks from another thread, whose exit gives its pending chains to
+// their spans: they reach their spans' remote lists.
+void free_from_another_thread(const std::vector<void*>& blocks) {
+  std::thread([&] {
+    for (void* p : blocks) fw_free(p);
+  }).join();
+}
+
 void free_all_but(const std::vector<void*>& v, const Span* emptied) {
   for (void* p : v)
     if (span_of(p) != emptied) fw_free(p);
@@ -587,6 +595,84 @@ TEST_CASE(
     for (void* p : other) fw_free(p);
     for (void* p : v)
       if (span_of(p) != x) fw_free(p);
+    CHECK(fw_check_heap() == 0);
+  }).join();
+}
+
+// The class's list across its spans (lab.h): a class whose spans hold few
+// blocks.
+constexpr size_t kAcrossSize = 16384;
+
+TEST_CASE(
+    "a class listed across its spans: the owner's frees of a kept span's blocks wait on free[c], in use as far "
+    "as the span knows, so another thread's frees of the rest do not take it, and back on its own list they "
+    "leave it empty") {
+  fw_collect();
+  std::thread([] {
+    const unsigned c = class_of(kAcrossSize);
+    REQUIRE(lists_across_spans(c));
+    std::vector<Span*> spans;
+    std::vector<void*> v = fill_spans(3, &spans, kAcrossSize);
+    REQUIRE(spans.size() >= 3);
+    Span* first = spans[0];
+    REQUIRE(is_kept(first, c));
+    std::vector<void*> mine = blocks_of(v, first);
+    const size_t half = mine.size() / 2;
+    Lab* lab = lab_current();
+    for (size_t i = 0; i < half; i++) fw_free(mine[i]);
+    CHECK(lab->lists[c].head == mine[half - 1]);
+    CHECK(local_of(first) == 0);
+    free_from_another_thread(std::vector<void*>(mine.begin() + long(half), mine.end()));
+    CHECK(state_of(first) == kHot);  // still kept: its blocks on free[c] are in use for it
+    CHECK(kept_live(lab, c, first));
+    CHECK(Anchor::unpack(first->anchor.load()).count == mine.size() - half);
+    CHECK(fw_check_heap() == 0);
+    lab_return_kept_frees(lab, c);
+    CHECK(local_of(first) == half);
+    for (void* b = lab->lists[c].head; b != nullptr; b = block_next(b)) CHECK(span_of(b) != first);
+    CHECK(fw_check_heap() == 0);
+    // Every block of it free now: it goes back with the LAB's kept spans.
+    fw_collect();
+    CHECK(state_of(first) == kFree);
+    CHECK(fw_check_heap() == 0);
+    free_all_but(v, first);
+    CHECK(fw_check_heap() == 0);
+  }).join();
+}
+
+TEST_CASE(
+    "a class listed across its spans: an emptied kept span goes back to the span-pool at the second look at its "
+    "class with none of its blocks handed out in between") {
+  fw_collect();
+  std::thread([] {
+    const unsigned c = class_of(kAcrossSize);
+    REQUIRE(lists_across_spans(c));
+    std::vector<Span*> spans;
+    std::vector<void*> v = fill_spans(3, &spans, kAcrossSize);
+    REQUIRE(spans.size() >= 3);
+    Span* first = spans[0];
+    for (void* p : blocks_of(v, first)) fw_free(p);
+    CHECK(state_of(first) == kHot);
+    CHECK(is_kept(first, c));
+    CHECK(fw_check_heap() == 0);
+    // Blocks of another class, counting the spans taken from the shared
+    // stacks: the first look at c finds blocks handed out since the LAB's
+    // last look and leaves free[c] whole; the next returns its kept spans'
+    // blocks, and the emptied span goes back. c2's kept spans join the turn.
+    const size_t other_size = 64;
+    std::vector<void*> other;
+    Span* hot = lab_current()->hot[class_of(other_size)];
+    unsigned taken = 0;
+    other.reserve(64 * class_info(class_of(other_size)).capacity);
+    while (is_kept(first, c) && taken < 5 && other.size() < 64 * class_info(class_of(other_size)).capacity)
+      taken += malloc_took_span(other_size, &other, &hot);
+    CHECK(!is_kept(first, c));
+    CHECK(taken >= 2);  // not at the first look
+    CHECK(taken <= 4);
+    CHECK((state_of(first) == kFree || first->cls.load() == class_of(other_size)));
+    CHECK(fw_check_heap() == 0);
+    for (void* p : other) fw_free(p);
+    free_all_but(v, first);
     CHECK(fw_check_heap() == 0);
   }).join();
 }

@@ -129,40 +129,78 @@ TEST_CASE("malloc of each size up to 1024 bytes pops its class's list and counts
   }).join();
 }
 
-TEST_CASE("a block its owner frees into its hot span is the next handed out, one of a kept span goes onto its own list") {
-  std::thread([] {
-    void* a = fw_malloc(100);
+namespace {
+
+// A thread's frees of its own blocks of `size`, into its hot span and then
+// into a kept one (lab.h): the hot span's onto free[c], counted in the LAB's
+// line; a kept span's onto free[c] too where the class lists its frees
+// across its spans (lists_across_spans), else onto the span's own list.
+void owned_frees_of(size_t size) {
+  std::thread([size] {
+    void* a = fw_malloc(size);
     Span* s = span_of(a);
     Lab* lab = lab_current();
-    unsigned c = s->cls.load();
+    const unsigned c = s->cls.load();
+    const bool across = lists_across_spans(c);
     REQUIRE(lab->hot[c] == s);
-    CHECK(own_is_hot(s));
-    void* b = fw_malloc(100);
+    CHECK(s->own_at.load() == own_hot_at(lab, c));
+    void* b = fw_malloc(size);
+    const uint64_t frees = lab->lists[c].frees.load();
     fw_free(a);
     CHECK(lab->lists[c].head == a);  // before the blocks carved and never handed out
+    CHECK(lab->lists[c].frees.load() == frees + 1);  // the word after free[c]'s head (own_count_after)
     CHECK(own_head(s) == nullptr);
-    CHECK(own_count(s) == 1);  // counted as a free in the descriptor (span.h)
-    void* again = fw_malloc(100);
+    CHECK(own_count(s) == 0);
+    void* again = fw_malloc(size);
     CHECK(again == a);
     // Fill s: the next span of the class becomes hot, and s is kept.
     std::vector<void*> got{again, b};
-    while (lab->hot[c] == s) got.push_back(fw_malloc(100));
+    got.reserve(2 * class_info(c).capacity + 2);  // no buffer of the vector's is freed below
+    while (lab->hot[c] == s) got.push_back(fw_malloc(size));
     bool kept = false;
     for (unsigned i = 0; i < lab->kept_n[c]; i++) kept = kept || lab->kept_at(c, i) == s;
     REQUIRE(kept);
-    CHECK(!own_is_hot(s));
-    CHECK(own_count(s) == 0);  // its frees while hot went to the LAB's count
-    CHECK(own_is_hot(lab->hot[c]));
+    CHECK(s->own_at.load() == (across ? own_hot_at(lab, c) : own_list_at(s)));
+    CHECK(own_count(s) == 0);
+    CHECK(lab->hot[c]->own_at.load() == own_hot_at(lab, c));
     void* head_before = lab->lists[c].head;
     fw_free(b);
-    CHECK(own_count(s) == 1);
-    CHECK(own_head(s) == b);
-    CHECK(lab->lists[c].head == head_before);
+    if (across) {
+      CHECK(lab->lists[c].head == b);
+      CHECK(own_count(s) == 0);  // in use, as far as s knows
+      CHECK(fw_check_heap() == 0);
+      CHECK(fw_malloc(size) == b);  // the block freed last, of whichever span
+    } else {
+      CHECK(own_count(s) == 1);
+      CHECK(own_head(s) == b);
+      CHECK(lab->lists[c].head == head_before);
+      CHECK(fw_check_heap() == 0);
+      got.erase(std::find(got.begin(), got.end(), b));
+    }
+    for (void* p : got) fw_free(p);
     CHECK(fw_check_heap() == 0);
-    for (void* p : got)
-      if (p != b) fw_free(p);
+    // fw_collect gives s back: its blocks on free[c] go to its own list first.
+    fw_collect();
+    for (unsigned i = 0; i < lab->kept_n[c]; i++) CHECK(lab->kept_at(c, i) != s);
+    CHECK(Anchor::unpack(s->anchor.load()).state == kFree);
     CHECK(fw_check_heap() == 0);
   }).join();
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a block its owner frees into its hot span is the next handed out, one of a kept span of small blocks goes "
+    "onto the span's own list") {
+  REQUIRE_FALSE(lists_across_spans(class_of(100)));
+  owned_frees_of(100);
+}
+
+TEST_CASE(
+    "a block its owner frees of a class whose spans hold few blocks is the next of its class handed out, "
+    "whether its span is the hot one or kept") {
+  REQUIRE(lists_across_spans(class_of(16384)));
+  owned_frees_of(16384);
 }
 
 TEST_CASE("a call made while the thread is inside malloc is served by a transient LAB") {
