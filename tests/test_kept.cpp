@@ -599,9 +599,24 @@ TEST_CASE(
   }).join();
 }
 
+namespace {
+
 // The class's list across its spans (lab.h): a class whose spans hold few
 // blocks.
 constexpr size_t kAcrossSize = 16384;
+
+// Fills three spans of kAcrossSize blocks (*v): returns the first, kept.
+Span* first_of_three_across(std::vector<void*>* v) {
+  const unsigned c = class_of(kAcrossSize);
+  REQUIRE(lists_across_spans(c));
+  std::vector<Span*> spans;
+  *v = fill_spans(3, &spans, kAcrossSize);
+  REQUIRE(spans.size() >= 3);
+  REQUIRE(is_kept(spans[0], c));
+  return spans[0];
+}
+
+}  // namespace
 
 TEST_CASE(
     "a class listed across its spans: the owner's frees of a kept span's blocks wait on free[c], in use as far "
@@ -610,12 +625,8 @@ TEST_CASE(
   fw_collect();
   std::thread([] {
     const unsigned c = class_of(kAcrossSize);
-    REQUIRE(lists_across_spans(c));
-    std::vector<Span*> spans;
-    std::vector<void*> v = fill_spans(3, &spans, kAcrossSize);
-    REQUIRE(spans.size() >= 3);
-    Span* first = spans[0];
-    REQUIRE(is_kept(first, c));
+    std::vector<void*> v;
+    Span* first = first_of_three_across(&v);
     std::vector<void*> mine = blocks_of(v, first);
     const size_t half = mine.size() / 2;
     Lab* lab = lab_current();
@@ -646,11 +657,8 @@ TEST_CASE(
   fw_collect();
   std::thread([] {
     const unsigned c = class_of(kAcrossSize);
-    REQUIRE(lists_across_spans(c));
-    std::vector<Span*> spans;
-    std::vector<void*> v = fill_spans(3, &spans, kAcrossSize);
-    REQUIRE(spans.size() >= 3);
-    Span* first = spans[0];
+    std::vector<void*> v;
+    Span* first = first_of_three_across(&v);
     for (void* p : blocks_of(v, first)) fw_free(p);
     CHECK(state_of(first) == kHot);
     CHECK(is_kept(first, c));
