@@ -214,11 +214,11 @@ constexpr uint32_t kKeptDone = 0xffffffffu;
 
 // The class's list across its spans. A per-thread LAB's holder frees the
 // blocks of its kept spans of a class whose spans hold at most
-// kListAcrossBlocks blocks (4 KiB and up) onto free[c] too, as it frees those
+// kListAcrossBlocks blocks (1 KiB and up) onto free[c] too, as it frees those
 // of its hot span, so the next block of the class handed out is the one
 // freed last, whatever its span, as a thread cache's list hands them out in
-// tcmalloc. With a list per span, such a class (8-128 KiB blocks: 2 to 32 a
-// span) switched kept spans at most mallocs (kept_switch: two CASes, the
+// tcmalloc. With a list per span, a class of few blocks a span (8-128 KiB
+// blocks: 2 to 32) switched kept spans at most mallocs (kept_switch: two CASes, the
 // first waiting for the store buffer to drain), each handing out a block
 // that had waited in its span since its free, its line long out of the
 // cache: larson-medium ran at a third of tcmalloc's speed, and now runs
@@ -239,15 +239,18 @@ constexpr uint32_t kKeptDone = 0xffffffffu;
 // bound's per-cache term is what it was (kept spans count in full).
 //
 // Smaller blocks keep a list per kept span, which a switch takes whole: with
-// a span of 64 blocks or more a switch comes once in that many mallocs at
-// most. Their lists across spans cost more than they gave: a structure
+// a span of more than 256 blocks a switch comes once in that many mallocs at
+// most. (256 rather than 64, 4 KiB and up, gained 3-11% on larson-server,
+// larson-bigheap and sizesweep's 256 B-1 KiB and 4-16 KiB ranges, and
+// 7-14% on blocks of 1-4 KiB replaced at random, with no row slower.) Their
+// lists across spans cost more than they gave: a structure
 // dropped whole sat on free[c] until a look returned it, one miss a block
 // (phases: twice as slow), and a bound on free[c] that sent the frees past it
 // to their spans cost free's fast path four instructions (threadtest and
 // bench/teardown 8-13% slower; docs/benchmarks.md, Stop 85). A CPU LAB keeps
 // a list per span in every class: its threads move between CPUs, and it
 // keeps one span a class.
-constexpr uint32_t kListAcrossBlocks = 64;
+constexpr uint32_t kListAcrossBlocks = 256;
 FW_INLINE bool lists_across_spans(unsigned c) { return class_info(c).capacity <= kListAcrossBlocks; }
 
 // A field of a LAB that only its holder writes and other threads read for
