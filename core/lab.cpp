@@ -1031,21 +1031,12 @@ uint64_t lab_held_bytes() {
 
 namespace {
 
-// Whether b is the start of a carved block of small span s.
-bool block_of(const Span* s, const void* b) {
-  const uintptr_t base = span_blocks(s);
-  const uintptr_t off = reinterpret_cast<uintptr_t>(b) - base;
-  const uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
-  return reinterpret_cast<uintptr_t>(b) >= base && bsize != 0 && off % bsize == 0 &&
-         off / bsize < s->carved.load(std::memory_order_relaxed);
-}
-
 // The own list (own_head, span.h) of a span a LAB owns: blocks of it, as many as its count.
 bool own_list_is_valid(const Span* s) {
   uint32_t carved = s->carved.load(std::memory_order_relaxed);
   uint32_t n = 0;
   for (void* b = own_head(s); b != nullptr && n <= carved; b = block_next(b), n++) {
-    if (!block_of(s, b))
+    if (!span_holds_carved(s, b))
       return report_invariant("lab: an owned span's own list holds a block not of it", span_index(s));
   }
   if (n != own_count(s)) return report_invariant("lab: an owned span's own list differs from its count", span_index(s));
@@ -1110,9 +1101,9 @@ bool lab_is_valid(const Lab* lab) {
     const uint64_t most = uint64_t(lab->kept_n[c] + 1u) * s->capacity.load(std::memory_order_relaxed);
     uint64_t n = 0;
     for (void* b = lab->lists[c].head; b != nullptr && n <= most; b = block_next(b), n++) {
-      if (block_of(s, b)) continue;
+      if (span_holds_carved(s, b)) continue;
       const Span* bs = lists_kept_frees(lab, c) ? span_of(b) : nullptr;
-      if (bs == nullptr || !kept_live(lab, c, bs) || !block_of(bs, b)) {
+      if (bs == nullptr || !kept_live(lab, c, bs) || !span_holds_carved(bs, b)) {
         ok = report_invariant("lab: free list holds a block not of its hot span or, where it may, a kept one", c);
         break;
       }

@@ -489,6 +489,14 @@ void span_free_list(Span* s, void* head, void* tail, uint32_t n) {
   follow_up(s, after, cls);
 }
 
+bool span_holds_carved(const Span* s, const void* p) {
+  const uintptr_t base = span_blocks(s);
+  const uintptr_t off = reinterpret_cast<uintptr_t>(p) - base;
+  const uint32_t bsize = s->block_size.load(std::memory_order_relaxed);
+  return reinterpret_cast<uintptr_t>(p) >= base && bsize != 0 && off % bsize == 0 &&
+         off / bsize < s->carved.load(std::memory_order_relaxed);
+}
+
 bool span_is_valid(const Span* s) {
   Anchor a = Anchor::unpack(s->anchor.load(std::memory_order_acquire));
   if (a.kept && a.state != kHot) return report_invariant("span: kept but not HOT", span_index(s));
@@ -510,11 +518,9 @@ bool span_is_valid(const Span* s) {
     ok = report_invariant("span: block check multiplier is not its class's", i);
   if (a.count > carved) ok = report_invariant("span: more free blocks than carved", i);
   // Walk the list: it must hold exactly count blocks, each a block start.
-  uintptr_t base = span_blocks(s);
   uint32_t n = 0;
-  for (void* b = block_at(base, a.head); b != nullptr && n <= a.count; b = block_next(b)) {
-    uintptr_t off = reinterpret_cast<uintptr_t>(b) - base;
-    if (off % bsize != 0 || off / bsize >= carved) {
+  for (void* b = block_at(span_blocks(s), a.head); b != nullptr && n <= a.count; b = block_next(b)) {
+    if (!span_holds_carved(s, b)) {
       ok = report_invariant("span: list holds a pointer that is not a carved block", i);
       break;
     }

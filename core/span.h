@@ -200,7 +200,7 @@ FW_INLINE void* block_at(uintptr_t base, uint32_t index) {
 
 // The owner-side list of a span its LAB keeps (lab.h): a CPU LAB's frees of
 // a kept span's blocks go onto it, and a per-thread LAB's kept spans get
-// back onto it the blocks of theirs that leave free[c] (kept_frees_return,
+// back onto it the blocks of theirs that leave free[c] (lab_return_kept_frees,
 // lab.cpp); kept_switch moves it to the LAB's free[c] when the span is hot
 // again. It lives in the descriptor: the head in `large_size` (which only
 // large and huge blocks use; links are encoded as in free[c], secure.h), the
@@ -344,5 +344,8 @@ void span_set_guard_budget(uint64_t budget);
 
 // Checks the equations above for one span; reports and returns false if broken.
 bool span_is_valid(const Span* s);
+// Whether p is the start of a carved block of small span s (the checks'
+// test of a list's links: span_is_valid, lab_is_valid).
+bool span_holds_carved(const Span* s, const void* p);
 
 }  // namespace fw
