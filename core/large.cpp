@@ -157,15 +157,15 @@ void* large_alloc(size_t size, size_t align, bool zero, size_t room) {
   Span* head = pool_take_run(n, round_up(total, os::page_size()));
   if (head == nullptr && n > need) head = pool_take_run(n = need, round_up(total, os::page_size()));
   if (head == nullptr) return nullptr;
+  n = head->run_len.load(std::memory_order_relaxed);  // a pooled run may be longer (pool_take_run)
   span_set_use(head, kNoClass);  // a single span may have held small blocks
   uintptr_t base = span_base(head);
   uintptr_t p = round_up(base, align);
   uint64_t before = head->committed.load(std::memory_order_relaxed);
   uint64_t bytes = round_up(p - base + size, os::page_size());
   // A run reused for a much smaller block gives back what the bigger one left
-  // committed: when the excess is more than the block needs (and 64 KiB), so
-  // that blocks of varying sizes reusing a run do not trim and fault each time.
-  if (before > 2 * bytes + (64u << 10)) {
+  // committed (reuse_trims).
+  if (reuse_trims(before, bytes)) {
     span_trim(head, bytes);
     before = bytes;
   }

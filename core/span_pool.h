@@ -92,8 +92,15 @@ namespace fw {
 // sizes reusing a vspan do not trim and fault each time). The caller holds it
 // exclusively, in state FREE. nullptr when the OS has no more memory.
 Span* pool_take_span(uint64_t want);
+// Whether a run with `committed` bytes of pages, reused for a block of
+// `bytes`, gives back the excess (large_alloc): when it is more than the block
+// (and 64 KiB), so that blocks of varying sizes reusing a run do not trim and
+// fault each time, while a run a much bigger block left does not keep its
+// pages for a small one.
+FW_INLINE bool reuse_trims(uint64_t committed, uint64_t bytes) { return committed > 2 * bytes + (64u << 10); }
 // Takes a run of n contiguous free virtual spans (n >= 1) for a block that
-// will commit `want` bytes of it; returns the head.
+// will commit `want` bytes of it; returns the head. A pooled run up to 1.5 n
+// long may come whole (span_pool.cpp, take_kept_length): its run_len says.
 Span* pool_take_run(uint32_t n, uint64_t want);
 // Takes the free spans that follow a run ending at vspan `end` out of the
 // pool, for a large block that grows over them in place (large.cpp): `most`

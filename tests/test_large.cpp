@@ -454,6 +454,10 @@ TEST_CASE("realloc grows a large block in place over the freed run after it, tak
   REQUIRE(Anchor::unpack(span_at(span_index(span_of(a)) + a_len)->anchor.load()).state == kFree);
   const uint64_t committed = committed_bytes(), retained = pool_retained_bytes(), pooled = pool_span_count();
   INFO("the pool holding ", pooled, " spans, ", retained, " bytes with pages");
+  // a's own run past its pages: a pooled run a little longer than its run
+  // class may have served a whole (span_pool.cpp, take_kept_length).
+  const uint64_t own_tail = uint64_t(a_len) * kVspanSize - span_of(a)->committed.load();
+  INFO("a's run: ", a_len, " vspans, ", own_tail, " bytes of them without pages");
 
   char* q = static_cast<char*>(fw_realloc(a, 64 * kMiB));
   REQUIRE(q != nullptr);
@@ -465,8 +469,9 @@ TEST_CASE("realloc grows a large block in place over the freed run after it, tak
     CHECK(Anchor::unpack(span_at(span_index(span_of(q)) + i)->anchor.load()).state == kLargeTail);
     CHECK(span_at(span_index(span_of(q)) + i)->committed.load() == 0);
   }
-  // b's pages moved from the pool to q's run: committed in all unchanged.
-  CHECK(committed_bytes() == committed);
+  // b's pages moved from the pool to q's run: committed in all unchanged but
+  // for a's own tail.
+  CHECK(committed_bytes() == committed + own_tail);
   CHECK(retained - pool_retained_bytes() == uint64_t(len - a_len) * kVspanSize);
   CHECK(pooled - pool_span_count() == len - a_len);  // the rest of b's run is back
   CHECK(span_of(q)->committed.load() == uint64_t(len) * kVspanSize);
@@ -474,7 +479,7 @@ TEST_CASE("realloc grows a large block in place over the freed run after it, tak
   std::memset(q + 8 * kMiB, 2, 56 * kMiB);
   const long faults = minor_faults() - before;
   MESSAGE("minor faults writing the 56 MiB it grew by: ", faults);
-  CHECK(faults < 64);  // 14,336 pages: they were b's, still there
+  CHECK(faults < 64 + long(own_tail / size_t(sysconf(_SC_PAGESIZE))));  // b's pages, still there
   CHECK(q[0] == 1);
   CHECK(q[8 * kMiB - 1] == 1);
   CHECK(q[8 * kMiB] == 2);
@@ -870,14 +875,16 @@ TEST_CASE("a large run's vspans keep a reusable stack's `linked` bit until its p
   auto mark_run_linked = [](Span* head) {
     for (int i = 0; i < kRun; i++) mark_linked(head + i);
   };
-  const size_t size = (kRun - 1) * kVspanSize + 4096;  // a run of exactly kRun vspans
+  // A run of kRun vspans, or a pooled one a little longer taken whole
+  // (span_pool.cpp, take_kept_length): its first kRun are the ones marked.
+  const size_t size = (kRun - 1) * kVspanSize + 4096;
   const int max_rounds = 20000;  // or as many as 10 s allow (under load: the first case)
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   int rounds = 0;
   void* p = fw_malloc(size);
   REQUIRE(p != nullptr);
   Span* head = span_of(p);
-  REQUIRE(head->run_len.load() == uint32_t(kRun));
+  REQUIRE(head->run_len.load() >= uint32_t(kRun));
   int reused = 0;
   {
     Popper popper(kRun);

@@ -40,14 +40,52 @@ TEST_CASE("a run is split and its rest stays available as a shorter run") {
   CHECK(run->run_len.load() == 10);
   uint32_t head = span_index(run);
   pool_give(run, 10);
-  Span* part = pool_take_run(7, 0);
+  Span* part = pool_take_run(6, 0);
   REQUIRE(part != nullptr);
   CHECK(span_index(part) == head);  // the exact-length stack for 10 was the first fit
-  Span* rest = pool_take_run(3, 0);
+  CHECK(part->run_len.load() == 6);
+  Span* rest = pool_take_run(4, 0);
   REQUIRE(rest != nullptr);
-  CHECK(span_index(rest) == head + 7);
-  pool_give(part, 7);
-  pool_give(rest, 3);
+  CHECK(span_index(rest) == head + 6);
+  CHECK(rest->run_len.load() == 4);
+  pool_give(part, 6);
+  pool_give(rest, 4);
+  CHECK(pool_is_valid());
+}
+
+TEST_CASE(
+    "a take keeps a pooled run whole when the rest would be at most half of it, unless that would trim its pages") {
+  // 10 for a take of 7: a rest of 3 would serve no block of 7's run class or
+  // the one below, so the run comes whole and goes back whole.
+  Span* run = pool_take_run(10, 0);
+  REQUIRE(run != nullptr);
+  const uint32_t head = span_index(run);
+  pool_give(run, 10);
+  Span* whole = pool_take_run(7, 0);
+  REQUIRE(whole != nullptr);
+  CHECK(span_index(whole) == head);
+  CHECK(whole->run_len.load() == 10);
+  pool_give(whole, 10);
+  // With 10 vspans of pages, for a block of 4 vspans (a rest of 2, at most
+  // half of 4): keeping the run whole would have the block trim 6 vspans of
+  // pages (reuse_trims), so it is split, and the rest takes them to the pool.
+  run = pool_take_run(10, 0);
+  REQUIRE(run != nullptr);
+  REQUIRE(span_index(run) == head);
+  REQUIRE(span_commit(run, 10 * kVspanSize));
+  pool_give(run, 10);
+  const uint64_t committed = committed_bytes();
+  Span* part = pool_take_run(4, 4 * kVspanSize);
+  REQUIRE(part != nullptr);
+  CHECK(span_index(part) == head);
+  CHECK(part->run_len.load() == 4);
+  CHECK(part->committed.load() == 4 * kVspanSize);
+  Span* rest = span_at(head + 4);
+  CHECK(rest->committed.load() == 6 * kVspanSize);
+  CHECK(committed_bytes() == committed);
+  pool_give(part, 4);
+  CHECK(pool_is_valid());
+  pool_collect();
   CHECK(pool_is_valid());
 }
 
@@ -102,23 +140,24 @@ TEST_CASE("free pieces merged into a run keep their committed pages: a gap befor
 }
 
 TEST_CASE("a run merged from a clean piece and a warm one keeps the warm pages for the decay delay") {
-  // Pieces 0-1 come back clean (no pages: their time stamp is from an earlier
-  // use, or none), pieces 2-3 with their pages, now. Taking 3 merges them
-  // (the gap before 2-3's pages is committed) and leaves piece 3 pooled with
-  // pages that came back just now: a purge within the delay keeps them.
+  // Piece 0 comes back clean (no pages: its time stamp is from an earlier
+  // use, or none), pieces 1 to 3 with their pages, now, each a single span.
+  // Taking 2 merges them (the gap before 1-3's pages is committed) and leaves
+  // pieces 2-3 pooled with pages that came back just now: a purge within the
+  // delay keeps them.
   const Fenced f = take_fenced_four();
   const uint32_t i = f.first;
   Span* p0 = span_at(i);
   Span* p2 = span_at(i + 2);
-  REQUIRE(span_commit(p2, 2 * kVspanSize));
-  p0->run_len.store(2);
-  p2->run_len.store(2);
-  pool_give(p0, 2);
-  pool_give(p2, 2);
-  Span* got = pool_take_run(3, 3 * kVspanSize);
+  for (uint32_t k = 1; k < 4; k++) REQUIRE(span_commit(span_at(i + k), kVspanSize));
+  for (uint32_t k = 0; k < 4; k++) span_at(i + k)->run_len.store(1);
+  for (uint32_t k = 0; k < 4; k++) pool_give(span_at(i + k), 1);
+  Span* got = pool_take_run(2, 2 * kVspanSize);
   REQUIRE(got == p0);
-  Span* rest = span_at(i + 3);
-  REQUIRE(rest->committed.load() == kVspanSize);
+  REQUIRE(got->run_len.load() == 2);
+  Span* rest = p2;
+  REQUIRE(rest->run_len.load() == 2);
+  REQUIRE(rest->committed.load() == 2 * kVspanSize);
   // A purge pass may run once per quarter of the delay: let one be due, well
   // within the delay of the rest's pages, then give back a span with pages
   // (which runs it).
@@ -127,8 +166,8 @@ TEST_CASE("a run merged from a clean piece and a warm one keeps the warm pages f
   std::this_thread::sleep_for(std::chrono::milliseconds(delay / 4 + 50));
   REQUIRE(span_commit(f.before, os::page_size()));
   pool_give(f.before, 1);
-  CHECK(rest->committed.load() == kVspanSize);
-  pool_give(got, 3);
+  CHECK(rest->committed.load() == 2 * kVspanSize);
+  pool_give(got, 2);
   pool_give(f.after, 1);
   CHECK(pool_is_valid());
 }
