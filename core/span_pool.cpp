@@ -703,7 +703,8 @@ Span* pool_take_span(uint64_t want) {
 // The length a take of n keeps of popped run i: all of it when the rest is
 // at most half of n (the next run class up: run classes are 1.33 to 1.5
 // apart, large.cpp), else n, the rest split off and pushed back. Such a rest
-// is shorter than any block of n's class or the one below it, so split off it
+// is shorter than any block of n's class or the one below it (from n = 3 on;
+// at n = 2 it is one span, which a small span may use), so split off it
 // waits in the pool until its neighbours come back and a merge joins them,
 // and the blocks after it find neither the whole run nor a run of the rest's
 // length, and take fresh vspans: `sizesweep -t 2 -x 20 -c 300` (1-4 MiB)
