@@ -700,7 +700,7 @@ Span* pool_take_span(uint64_t want) {
   return split_span_off(kFrontierBigRuns, want, false);
 }
 
-// The length a take of n keeps of popped run i: all of it when the rest is
+// Takes popped run i for a take of n, keeping all of it when the rest is
 // at most half of n (the next run class up: run classes are 1.33 to 1.5
 // apart, large.cpp), else n, the rest split off and pushed back. Such a rest
 // is shorter than any block of n's class or the one below it (from n = 3 on;
@@ -718,7 +718,7 @@ Span* pool_take_span(uint64_t want) {
 // into in place (large_resize_in_place); and a run of the other kind
 // (frontier_of: a block that would not come from the big blocks' area does
 // not take a big block's run length).
-static Span* take_kept_length(uint32_t i, uint32_t n, uint64_t want) {
+static Span* take_whole_or_split(uint32_t i, uint32_t n, uint64_t want) {
   const Span* s = span_at(i);
   const uint32_t m = s->run_len.load(std::memory_order_relaxed);
   const bool whole = m - n <= n / 2 && m <= kLargeMaxVspans && frontier_of(m) == frontier_of(n) &&
@@ -726,8 +726,8 @@ static Span* take_kept_length(uint32_t i, uint32_t n, uint64_t want) {
   return split(i, m, whole ? m : n);
 }
 
-// A run of at least n >= 2 spans from frontier f's run set w, split to
-// take_kept_length's; nullptr if none.
+// A run of at least n >= 2 spans from frontier f's run set w, whole or split
+// to n (take_whole_or_split); nullptr if none.
 static Span* take_run_from(unsigned f, unsigned w, uint32_t n, uint64_t want, bool spare = false) {
   if (!has_runs(f)) return nullptr;
   auto spared = [spare](uint32_t i) { return spare && free_above(i); };
@@ -743,7 +743,7 @@ static Span* take_run_from(unsigned f, unsigned w, uint32_t n, uint64_t want, bo
         const uint64_t c = span_at(i)->committed.load(std::memory_order_relaxed);
         return c >= want ? kCovers - int64_t(c - want) : int64_t(c);
       });
-      if (best != kNoIndex) return take_kept_length(best, n, want);
+      if (best != kNoIndex) return take_whole_or_split(best, n, want);
     }
   }
   // Runs in g_log[k] are at least 2^k long: every run there fits from the
@@ -755,11 +755,11 @@ static Span* take_run_from(unsigned f, unsigned w, uint32_t n, uint64_t want, bo
     uint32_t found = pick_from_top(g_log[f][w][floor_log2(n)], 1, [n, spared](uint32_t i) {
       return span_at(i)->run_len.load(std::memory_order_relaxed) >= n && !spared(i) ? int64_t(1) : int64_t(-1);
     });
-    if (found != kNoIndex) return take_kept_length(found, n, want);
+    if (found != kNoIndex) return take_whole_or_split(found, n, want);
   }
   for (unsigned k = first; k < kLogRuns; k++) {
     uint32_t i = pop_run(g_log[f][w][k], spare);
-    if (i != kNoIndex) return take_kept_length(i, n, want);
+    if (i != kNoIndex) return take_whole_or_split(i, n, want);
   }
   return nullptr;
 }

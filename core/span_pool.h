@@ -88,8 +88,7 @@ namespace fw {
 // span pooled it splits one off the shortest pooled run, and with no address
 // space left for fresh ones it merges the pool first. Pages beyond that
 // stay: the caller trims them (span_make_hot to the span size; large_alloc
-// only when the excess is more than the block, so that blocks of alternating
-// sizes reusing a vspan do not trim and fault each time). The caller holds it
+// when reuse_trims, below, says). The caller holds it
 // exclusively, in state FREE. nullptr when the OS has no more memory.
 Span* pool_take_span(uint64_t want);
 // Whether a run with `committed` bytes of pages, reused for a block of
@@ -100,7 +99,7 @@ Span* pool_take_span(uint64_t want);
 FW_INLINE bool reuse_trims(uint64_t committed, uint64_t bytes) { return committed > 2 * bytes + (64u << 10); }
 // Takes a run of n contiguous free virtual spans (n >= 1) for a block that
 // will commit `want` bytes of it; returns the head. A pooled run up to 1.5 n
-// long may come whole (span_pool.cpp, take_kept_length): its run_len says.
+// long may come whole (span_pool.cpp, take_whole_or_split): its run_len says.
 Span* pool_take_run(uint32_t n, uint64_t want);
 // Takes the free spans that follow a run ending at vspan `end` out of the
 // pool, for a large block that grows over them in place (large.cpp): `most`

@@ -430,7 +430,7 @@ TEST_CASE("realloc grows a large block in place over the freed run after it, tak
   // ThreadSanitizer the space after a region may be taken already, and b
   // could not follow a there: then another block is tried, as above.)
   // a's run is 32 vspans, its 8 MiB: not a longer pooled run taken whole
-  // (span_pool.cpp, take_kept_length), whose tail would fault in as a grows.
+  // (span_pool.cpp, take_whole_or_split), whose tail would fault in as a grows.
   char* a = nullptr;
   for (int i = 0; i < 256 && a == nullptr; i++) {
     char* t = top_block(8 * kMiB, 384, held);
@@ -875,7 +875,7 @@ TEST_CASE("a large run's vspans keep a reusable stack's `linked` bit until its p
     for (int i = 0; i < kRun; i++) mark_linked(head + i);
   };
   // A run of kRun vspans, or a pooled one a little longer taken whole
-  // (span_pool.cpp, take_kept_length): its first kRun are the ones marked.
+  // (span_pool.cpp, take_whole_or_split): its first kRun are the ones marked.
   const size_t size = (kRun - 1) * kVspanSize + 4096;
   const int max_rounds = 20000;  // or as many as 10 s allow (under load: the first case)
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
