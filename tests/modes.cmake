@@ -31,7 +31,7 @@ endforeach()
 # each mode passes an option of its own that changes only doctest's banner.
 if(TARGET test_churn)
   doctest_discover_tests(test_churn TEST_PREFIX "per_thread." EXTRA_ARGS --no-intro=true
-    PROPERTIES TIMEOUT ${FW_RELIABILITY_TIMEOUT} ENVIRONMENT FREEWAY_PERCPU=0 RESOURCE_LOCK rss_figures LABELS override)
+    PROPERTIES TIMEOUT ${FW_RELIABILITY_TIMEOUT} ENVIRONMENT FREEWAY_PERCPU=0 RUN_SERIAL TRUE LABELS override)
   doctest_discover_tests(test_churn TEST_PREFIX "per_cpu." EXTRA_ARGS --no-version=true
-    PROPERTIES TIMEOUT ${FW_RELIABILITY_TIMEOUT} ENVIRONMENT FREEWAY_PERCPU=1 RESOURCE_LOCK rss_figures LABELS override)
+    PROPERTIES TIMEOUT ${FW_RELIABILITY_TIMEOUT} ENVIRONMENT FREEWAY_PERCPU=1 RUN_SERIAL TRUE LABELS override)
 endif()
