@@ -217,9 +217,9 @@ uint32_t region_new(size_t size, size_t align, RegionKind kind) {
 }
 
 // Grows arena region r in place from `limit` reserved vspans to at least
-// `need`: by an eighth of what it has (so a heap growing to a whole region
-// makes a few dozen calls, not one per vspan) and, with no address-space cap,
-// by at least kGrowVspans (arena.h), or to exactly `need` when the larger step
+// `need`: by the step arena.h's kGrowVspans describes (what it has, where a
+// reservation costs nothing; else an eighth; with no address-space cap at
+// least kGrowVspans), or to exactly `need` when the larger step
 // fails: the OS refused it (an RLIMIT_AS leaves no room for slack), or another
 // mapping lies in the slack past `need` (the region then grows up to it). The new
 // mapping merges with the region's, so a step costs no kernel memory. True if
@@ -230,7 +230,13 @@ bool region_grow(uint32_t r, uint32_t limit, uint32_t need) {
   // need > kVspansPerRegion: the run does not fit, or the region is closed
   // (its bump index was set to the end).
   if (!os::features().reserve_extends || need > kVspansPerRegion || limit >= need) return false;
-  const uint32_t step = read_cap() == kCapSet || limit / 8 > kGrowVspans ? limit / 8 : kGrowVspans;
+  uint32_t step = limit / 8;
+  if (read_cap() == kCapNone) {
+    // Doubling from 4 x kGrowVspans (16 MiB) on: a small program's steps
+    // (ls: two) read no file.
+    if (limit >= 4 * kGrowVspans && !os::reserve_is_charged()) step = limit;
+    if (step < kGrowVspans) step = kGrowVspans;
+  }
   uint32_t to = limit + step > need ? limit + step : need;
   if (to > kVspansPerRegion) to = kVspansPerRegion;
   uintptr_t base = reg.base.load(std::memory_order_relaxed);

@@ -3,7 +3,7 @@
 // Address space comes from the OS in regions. Every region starts at a
 // kRegionSize boundary and owns that 1 GiB slot of the address space alone:
 //   an arena region reserves the start of its slot, a few MiB at first, and
-//   grows in place as vspans are handed out (by an eighth at a time), up to
+//   grows in place as vspans are handed out (kGrowVspans: the steps), up to
 //   the whole slot; it is cut into virtual spans (on an OS whose reservations
 //   cannot be extended, os::Features, it reserves the whole slot at once);
 //   a huge object gets a region of its own: as many slots as it needs, of which
@@ -158,15 +158,31 @@ bool arena_extend(uint32_t at, uint32_t k);
 // call. A cap set later, or lifted, is seen from the arena's next reservation;
 // until then runs come from address space already reserved.
 bool arena_capped();
-// An arena region grows in place by an eighth of what it has, and by at least
-// this many vspans (4 MiB) when no address-space cap is set: each step costs
+// An arena region grows in place in steps (region_grow, arena.cpp), each
 // three system calls (the cap's read, the mapping and the advice against huge
-// pages: os::reserve_at), and address space reserved ahead costs nothing until
-// its vspans are handed out and touched. With steps of an eighth alone, a
-// small program grew its first region a vspan at a time: `ls` made 16 steps,
-// 48 of its 224 system calls (docs/benchmarks.md, Stop 73). Under a cap the
-// steps stay an eighth, so that room reserved ahead does not take what the
-// program may need for mappings of its own.
+// pages: os::reserve_at) that change the region's mapping: the process's page
+// faults in the region wait for each (Linux takes the mapping lock for writing
+// for the mapping and the advice). The step:
+//   - with no address-space cap (RLIMIT_AS), where the OS charges reserved
+//     address space to nothing (os::reserve_is_charged: Linux's overcommit
+//     modes 0 and 1), what the region has from 16 MiB on, so it doubles
+//     (kGrowVspans steps up to there, where a small program's steps do not
+//     read the OS's setting, 4 system calls): a heap growing to 350 MiB in
+//     two threads grew 26-30 times in eighths, with 47-56 voluntary context
+//     switches a run against mimalloc's 23-25, and grows 11-12 times by
+//     doubling, with 23-24 (sizesweep 1-4 MiB; docs/benchmarks.md, Stops 87
+//     and 88);
+//   - under strict overcommit (mode 2 charges a mapping whole, MAP_NORESERVE
+//     or not), an eighth of what it has, so that room reserved ahead charges
+//     the commit limit an eighth more at most;
+//   - under a cap, an eighth, so that room reserved ahead does not take what
+//     the program may need for mappings of its own (sort sizes its buffer from
+//     the cap);
+//   - with no cap, at least this many vspans (4 MiB): with steps of an eighth
+//     alone, a small program grew its first region a vspan at a time (`ls`
+//     made 16 steps, 48 of its 224 system calls: Stop 73).
+// Address space reserved ahead costs nothing until its vspans are handed out
+// and touched.
 constexpr uint32_t kGrowVspans = 16;
 
 // A huge object: a region of its own of size bytes rounded up to a virtual span

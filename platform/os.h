@@ -168,6 +168,12 @@ uint64_t resident_bytes();
 // Whether the process's address space is capped (RLIMIT_AS on POSIX; never on
 // Windows). One system call; it may change at any time, so ask when it matters.
 bool address_space_limited();
+// Whether address space reserved (reserve_aligned, reserve_at) and never
+// committed is charged against a limit on committed memory. Linux: only under
+// strict overcommit (vm.overcommit_memory 2, which ignores MAP_NORESERVE), read
+// once (/proc/sys/vm/overcommit_memory; unreadable counts as charged); Windows:
+// never (MEM_RESERVE commits nothing).
+bool reserve_is_charged();
 // When the process started, in the OS's own units (Linux: field 22 of
 // /proc/self/stat), so that a reader can tell a recycled pid apart; 0 if unknown.
 uint64_t process_start_ticks();

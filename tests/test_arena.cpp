@@ -1,17 +1,18 @@
 // Arena: regions, the region map and descriptor lookup.
 #include <doctest/doctest.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <set>
+#include <thread>
+#include <vector>
 
 #include "core/arena.h"
 #include "core/span_pool.h"
 #include "freeway.h"
 #include "platform/os.h"
-
-#include <sys/mman.h>
-
-#include <cstring>
-#include <set>
-#include <thread>
-#include <vector>
 
 using namespace fw;
 
@@ -150,6 +151,52 @@ TEST_CASE("the first arena region reserves a few MiB and grows in place as vspan
   mem[0] = 1;
   mem[os::page_size() - 1] = 2;
   CHECK(mem[0] + mem[os::page_size() - 1] == 3);
+  CHECK(arena_is_valid());
+}
+
+// Past 16 MiB a region doubles at each step where reserved address space is
+// charged to nothing (arena.h, kGrowVspans), else grows by an eighth.
+TEST_CASE("a region past 16 MiB grows by what it has where reserving is free, else by an eighth") {
+  REQUIRE(arena_init());
+  if (!os::features().reserve_extends) return;  // the whole slot at once (the case above)
+  // reserve_is_charged reads vm.overcommit_memory once: the same answer as the file's.
+  char mode = '?';
+  if (FILE* f = std::fopen("/proc/sys/vm/overcommit_memory", "r")) {
+    mode = char(std::fgetc(f));
+    std::fclose(f);
+  }
+  CHECK(os::reserve_is_charged() == (mode != '0' && mode != '1'));
+  // Runs of kGrowVspans from the spans' frontier until its current region has
+  // passed 4 x kGrowVspans and then needs its next step; a new region on the
+  // way (another mapping in the slot: no zone) starts the count again.
+  uint32_t left = 0, left_len = 0, r = kNoIndex;
+  uint64_t before = 0, after = 0;
+  for (int k = 0; k < 64 && after == 0; k++) {
+    const uint32_t i = arena_fresh_vspans(kGrowVspans, &left, &left_len);
+    REQUIRE(i != kNoIndex);
+    const Region& reg = g_regions[i / kVspansPerRegion];
+    const uint64_t size = reg.size.load() >> kVspanShift;
+    if (i / kVspansPerRegion != r) {
+      r = i / kVspansPerRegion;
+      before = 0;
+    } else if (before >= 4 * kGrowVspans && size > before) {
+      after = size;  // grew at this take
+      break;
+    }
+    before = size;
+  }
+  REQUIRE(after != 0);
+  // The step was taken for a run of kGrowVspans past `before` (at most).
+  const uint64_t need = before + kGrowVspans;
+  if (arena_capped() || os::reserve_is_charged()) {
+    CHECK(after <= std::max(before + std::max<uint64_t>(before / 8, kGrowVspans), need));
+  } else if (arena_zoned()) {
+    CHECK(after == std::min<uint64_t>(2 * before, kVspansPerRegion));
+  } else {
+    // With no zone a mapping of the OS's may lie in the step: the region then
+    // grows by the run alone (region_grow).
+    CHECK((after == std::min<uint64_t>(2 * before, kVspansPerRegion) || after == need));
+  }
   CHECK(arena_is_valid());
 }
 

@@ -621,6 +621,25 @@ bool address_space_limited() {
   return getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY;
 }
 
+// vm.overcommit_memory as reserve_is_charged read it (2 if unreadable); -1:
+// not read yet. Racing first readers read the same file.
+std::atomic<int> g_overcommit{-1};
+
+bool reserve_is_charged() {
+#if defined(__linux__)
+  int m = g_overcommit.load(std::memory_order_relaxed);
+  if (m < 0) {
+    char buf[16];
+    const bool read = read_small_file("/proc/sys/vm/overcommit_memory", buf, sizeof buf) != 0;
+    m = read && (buf[0] == '0' || buf[0] == '1') ? buf[0] - '0' : 2;
+    g_overcommit.store(m, std::memory_order_relaxed);
+  }
+  return m == 2;
+#else
+  return true;  // no way to ask: assume a reservation may count against a commit limit
+#endif
+}
+
 uint64_t resident_bytes() {
   char buf[128];
   if (read_small_file("/proc/self/statm", buf, sizeof buf) == 0) return 0;

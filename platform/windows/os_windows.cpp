@@ -459,6 +459,7 @@ bool read_word_nofault(const void* addr, uintptr_t* out) {
 }
 
 bool address_space_limited() { return false; }  // no per-process cap on reservations
+bool reserve_is_charged() { return false; }     // MEM_RESERVE commits nothing
 
 uint64_t resident_bytes() {
   KeepLastError keep;
