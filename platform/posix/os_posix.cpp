@@ -621,9 +621,13 @@ bool address_space_limited() {
   return getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY;
 }
 
+#if defined(__linux__)
+namespace {
 // vm.overcommit_memory as reserve_is_charged read it (2 if unreadable); -1:
 // not read yet. Racing first readers read the same file.
 std::atomic<int> g_overcommit{-1};
+}  // namespace
+#endif
 
 bool reserve_is_charged() {
 #if defined(__linux__)
