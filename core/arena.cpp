@@ -232,9 +232,9 @@ bool region_grow(uint32_t r, uint32_t limit, uint32_t need) {
   if (!os::features().reserve_extends || need > kVspansPerRegion || limit >= need) return false;
   uint32_t step = limit / 8;
   if (read_cap() == kCapNone) {
-    // Doubling from 4 x kGrowVspans (16 MiB) on: a small program's steps
-    // (ls: two) read no file.
-    if (limit >= 4 * kGrowVspans && !os::reserve_is_charged()) step = limit;
+    // Doubling from kDoublingVspans on: a small program's steps (ls: two)
+    // read no file.
+    if (limit >= kDoublingVspans && !os::reserve_is_charged()) step = limit;
     if (step < kGrowVspans) step = kGrowVspans;
   }
   uint32_t to = limit + step > need ? limit + step : need;

@@ -184,6 +184,8 @@ bool arena_capped();
 // Address space reserved ahead costs nothing until its vspans are handed out
 // and touched.
 constexpr uint32_t kGrowVspans = 16;
+// The region size (16 MiB) from which a step doubles where reserving is free.
+constexpr uint32_t kDoublingVspans = 4 * kGrowVspans;
 
 // A huge object: a region of its own of size bytes rounded up to a virtual span
 // whose base is aligned to align (a power of two; at least kRegionSize is used). Returns the

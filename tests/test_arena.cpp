@@ -167,11 +167,11 @@ TEST_CASE("a region past 16 MiB grows by what it has where reserving is free, el
   }
   CHECK(os::reserve_is_charged() == (mode != '0' && mode != '1'));
   // Runs of kGrowVspans from the spans' frontier until its current region has
-  // passed 4 x kGrowVspans and then needs its next step; a new region on the
+  // passed kDoublingVspans and then needs its next step; a new region on the
   // way (another mapping in the slot: no zone) starts the count again.
   uint32_t left = 0, left_len = 0, r = kNoIndex;
   uint64_t before = 0, after = 0;
-  for (int k = 0; k < 64 && after == 0; k++) {
+  for (int k = 0; k < 64; k++) {
     const uint32_t i = arena_fresh_vspans(kGrowVspans, &left, &left_len);
     REQUIRE(i != kNoIndex);
     const Region& reg = g_regions[i / kVspansPerRegion];
@@ -179,7 +179,7 @@ TEST_CASE("a region past 16 MiB grows by what it has where reserving is free, el
     if (i / kVspansPerRegion != r) {
       r = i / kVspansPerRegion;
       before = 0;
-    } else if (before >= 4 * kGrowVspans && size > before) {
+    } else if (before >= kDoublingVspans && size > before) {
       after = size;  // grew at this take
       break;
     }
