@@ -179,13 +179,11 @@ void* fw_alloc_zeroed(size_t count, size_t n) {
 
 void* fw_alloc_aligned(size_t align, size_t n) {
   if (align <= kMinAlign) return alloc_small(n);
-  if (n <= kSmallMax) {
-    unsigned c = class_of_aligned(n, align);
-    if (c < kClassCount && FW_UNLIKELY(secure_mode())) {
-      // malloc_secure must know the alignment: c's block size may carry more.
-      return malloc_secure(lab_enter(), c, n, align);
-    }
-    if (c < kClassCount) return alloc_class(c, n);
+  const unsigned c = class_of_aligned(n, align);
+  if (FW_LIKELY(c < kClassCount)) {
+    // malloc_secure must know the alignment: c's block size may carry more.
+    if (FW_UNLIKELY(secure_mode())) return malloc_secure(lab_enter(), c, n, align);
+    return alloc_class(c, n);
   }
   void* p = large_block(n, align, false);
   if (p == nullptr) alloc_out_of_memory(n);

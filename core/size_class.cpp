@@ -5,19 +5,6 @@
 
 namespace fw {
 
-unsigned class_of_aligned(size_t n, size_t align) {
-  if (n > kSmallMax) return kClassCount;
-  for (unsigned c = class_of(n == 0 ? 1 : n); c < kSizeClasses; c++) {
-    if (class_block_size(c) % align != 0) continue;
-    if (align <= kColourStep) return c;
-    // Past 64 bytes a coloured class's twin; a class coloured in its slack
-    // has none (size_class.h): the next class.
-    const unsigned t = plain_class(c);
-    if (class_info(t).colours == 1) return t;
-  }
-  return kClassCount;
-}
-
 bool size_class_is_valid() {
   bool ok = true;
   unsigned twins_used = 0;
@@ -55,6 +42,16 @@ bool size_class_is_valid() {
     if (class_block_size(c) < n || (c > 0 && class_block_size(c - 1) >= n)) {
       ok = report_invariant("size class: class_of is not the smallest fitting class", n);
       break;
+    }
+  }
+  // Aligned allocation's table (detail::aligned_rule): each class it gives
+  // holds the size's class's blocks, and its blocks all keep the alignment.
+  for (unsigned k = kAlignLogMin; k <= kAlignLogMax; k++) {
+    for (unsigned c = 0; c < kSizeClasses; c++) {
+      const unsigned t = kClassTables.aligned[k - kAlignLogMin][c];
+      if (t == kClassCount) continue;
+      if (t >= kClassCount || class_block_size(t) < class_block_size(c) || class_align(t) % (1u << k) != 0)
+        ok = report_invariant("size class: an aligned class too small, or of blocks not so aligned", c);
     }
   }
   return ok;

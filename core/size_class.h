@@ -79,6 +79,12 @@ struct ClassInfo {
 // The largest block size whose coloured classes have a plain twin (above).
 constexpr uint32_t kTwinColourMax = 1024;
 
+// Alignments that a class may serve past every block's 16 bytes: 2^5 (32) to
+// kSmallMax, the largest block size (a power of two). Larger ones no class serves.
+constexpr unsigned kAlignLogMin = 5;
+constexpr unsigned kAlignLogMax = unsigned(__builtin_ctzll(kSmallMax));
+static_assert((size_t(1) << kAlignLogMax) == kSmallMax, "the largest block size is a power of two");
+
 namespace detail {
 constexpr uint32_t size_of_sized(unsigned c) {
   if (c < 8) return 16u * (c + 1);
@@ -95,7 +101,23 @@ struct Tables {
   ClassInfo info[kClassCount];
   uint8_t small[kSmallTableMax / 16 + 1];
   uint8_t twin[kSizeClasses];  // plain twin of a coloured class; the class itself otherwise
+  // aligned[k - kAlignLogMin][c]: class_of_aligned for alignment 2^k and a
+  // size whose class is c (aligned_rule below); kClassCount when none serves.
+  uint8_t aligned[kAlignLogMax - kAlignLogMin + 1][kSizeClasses];
 };
+// The smallest class from sized class c up whose blocks all start at multiples
+// of align (a power of two): block i of a span sits at span_blocks +
+// i*block_size, so block_size must be a multiple of align, and so must the
+// colour: past kColourStep, a coloured class's plain twin; a class coloured in
+// its slack has no twin, so the next class. kClassCount when none fits.
+constexpr unsigned aligned_rule(const Tables& t, unsigned c, size_t align) {
+  for (; c < kSizeClasses; c++) {
+    if (t.info[c].block_size % align != 0) continue;
+    if (align <= kColourStep) return c;
+    if (t.info[t.twin[c]].colours == 1) return t.twin[c];
+  }
+  return kClassCount;
+}
 constexpr Tables make_tables() {
   Tables t{};
   const uint32_t sb = uint32_t(kVspanSize);  // every class's span is a whole vspan (above)
@@ -119,6 +141,9 @@ constexpr Tables make_tables() {
     while (t.info[c].block_size < n) c++;
     t.small[i] = uint8_t(c);
   }
+  for (unsigned k = kAlignLogMin; k <= kAlignLogMax; k++)
+    for (unsigned c = 0; c < kSizeClasses; c++)
+      t.aligned[k - kAlignLogMin][c] = uint8_t(aligned_rule(t, c, size_t(1) << k));
   return t;
 }
 constexpr unsigned coloured_count() {
@@ -164,11 +189,16 @@ FW_INLINE unsigned class_of(size_t n) {
 FW_INLINE unsigned sized_class(unsigned c) { return c < kSizeClasses ? c : class_of(class_block_size(c)); }
 
 // Smallest class whose blocks hold n bytes and start at multiples of align (a
-// power of two): block i of a span sits at span_blocks + i*block_size, so
-// block_size must be a multiple of align, and so must the colour: past
-// kColourStep, a coloured class's plain twin. Returns kClassCount when no
-// class fits.
-unsigned class_of_aligned(size_t n, size_t align);
+// power of two; detail::aligned_rule), kClassCount when no class fits: the
+// size's class, then one table load (posix_memalign, aligned_alloc and aligned
+// new run malloc's path after it). Until Stop 89 this was the rule's loop,
+// called: a division per class it passed, 33-46% of a loop of aligned_alloc
+// and free pairs (perf; docs/benchmarks.md).
+FW_INLINE unsigned class_of_aligned(size_t n, size_t align) {
+  if (n > kSmallMax || align > kSmallMax) return kClassCount;
+  if (align <= kMinAlign) return class_of(n);
+  return kClassTables.aligned[unsigned(__builtin_ctzll(align)) - kAlignLogMin][class_of(n)];
+}
 
 bool size_class_is_valid();
 

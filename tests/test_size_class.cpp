@@ -63,6 +63,29 @@ TEST_CASE("aligned class lookup gives block sizes that are multiples of the alig
   CHECK(class_of_aligned(kSmallMax + 1, 16) == kClassCount);
 }
 
+TEST_CASE(
+    "aligned class lookup gives, for every size and alignment, the class of the smallest blocks that hold the "
+    "size and all keep the alignment") {
+  // Worked out here from the classes themselves, not from the table's rule.
+  for (size_t align = 1; align <= 4 * kSmallMax; align *= 2) {
+    for (size_t n = 0; n <= kSmallMax + 1; n += (n < 2048 ? 1 : 61)) {
+      uint32_t best = 0;  // the smallest block size that serves, 0: none
+      for (unsigned x = 0; x < kClassCount; x++) {
+        const uint32_t bs = class_block_size(x);
+        if (n <= kSmallMax && bs >= n && class_align(x) % align == 0 && (best == 0 || bs < best)) best = bs;
+      }
+      const unsigned c = class_of_aligned(n, align);
+      if (best == 0) {
+        REQUIRE(c == kClassCount);
+        continue;
+      }
+      REQUIRE(c < kClassCount);
+      REQUIRE(class_block_size(c) == best);
+      REQUIRE(class_align(c) % align == 0);
+    }
+  }
+}
+
 TEST_CASE("the coloured classes are those of 128 B to 1 KiB that are multiples of 128, each with a plain twin of its "
           "size, which only aligned allocation past 64 bytes takes") {
   unsigned coloured = 0;
