@@ -7,6 +7,7 @@
 #include "core/free.h"
 #include "core/large.h"
 #include "core/percpu.h"
+#include "core/relaxed.h"
 #include "core/report.h"
 #include "core/secure.h"
 #include "core/secure_heap.h"
@@ -227,7 +228,38 @@ void* fw_block_start(const void* p) {
   return large_block_start(p, d);
 }
 
-void* fw_realloc_impl(void* p, size_t n) {
+namespace {
+
+// Whether realloc keeps a small block of `old` bytes for n: n fits, and is
+// not under half of it (or the block is of 64 bytes or less), so that a
+// block shrunk a long way moves to a class of its size.
+constexpr bool realloc_keeps(size_t n, size_t old) { return n != 0 && n <= old && (n >= old / 2 || old <= 64); }
+
+// realloc's common case, tested before anything else: p is a small block in
+// use that stays where it is (realloc_keeps). It makes the checks the full
+// path makes of such a block (span_check_free): p starts one of its span's
+// carved blocks (free's block check: the descriptor's offset and multiplier)
+// and is not free (its canary); a block that fails them goes on to the full
+// path, which reports it. The descriptor is found as free's fast path finds
+// it, with no test of the region's reservation: a vspan in state HOT, FULL or
+// PARTIAL was handed out, so it is within the reservation (fw_usable), and
+// any other state, or foreign memory past the reservation, goes on to the
+// full path. A string grown a byte at a time, with a realloc for each, spent
+// 39% of its time in the calls this replaces (span_of_owned, span_check_free;
+// docs/benchmarks.md, Stop 89).
+FW_INLINE bool realloc_stays(const void* p, size_t n) {
+  const Span* d = span_of(p);
+  if (FW_UNLIKELY(d == nullptr) || FW_UNLIKELY(secure_mode())) return false;
+  const uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
+  if (state != kHot && state != kFull && state != kPartial) return false;
+  if (!realloc_keeps(n, d->block_size.load(std::memory_order_relaxed))) return false;
+  const uint64_t om = pair_relaxed(d->offset, d->block_mul);
+  const uint32_t k = block_number_at(uint32_t(reinterpret_cast<uintptr_t>(p)) - uint32_t(om), uint32_t(om >> 32));
+  return below_relaxed(k, d->carved) && !has_canary(p);
+}
+
+// realloc past its common case: every other block, and a block that moves.
+FW_NOINLINE void* realloc_full(void* p, size_t n) {
   if (p == nullptr) return alloc_small(n);
   if (n == 0) {  // as glibc: free the block and return NULL
     free_block(p);
@@ -252,8 +284,7 @@ void* fw_realloc_impl(void* p, size_t n) {
       } else {
         span_check_free(d, p);
         old = d->block_size.load(std::memory_order_relaxed);
-        // Keep the block when it fits and is not more than twice too big.
-        if (n <= old && (n >= old / 2 || old <= 64)) return p;
+        if (realloc_keeps(n, old)) return p;
       }
     } else if (state == kLarge || state == kLargeTail || state == kHuge) {
       old = large_usable_size(p, d);
@@ -293,6 +324,13 @@ void* fw_realloc_impl(void* p, size_t n) {
   else
     free_block(p);
   return q;
+}
+
+}  // namespace
+
+void* fw_realloc_impl(void* p, size_t n) {
+  if (FW_LIKELY(realloc_stays(p, n))) return p;
+  return realloc_full(p, n);
 }
 
 }  // namespace fw
