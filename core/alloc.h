@@ -80,7 +80,7 @@ FW_INLINE void* alloc_at(size_t w, size_t n) {
   l.head = next;
   // The next malloc of class c reads next's link: a list of blocks freed long
   // ago is cold, and its pops would each wait for a miss in turn.
-  prefetch_next(next, p);
+  __builtin_prefetch(next, 1);
 #if FREEWAY_HARDENING
   clear_canary(p);
 #endif

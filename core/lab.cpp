@@ -614,7 +614,7 @@ bool kept_switch(Lab* lab, unsigned c) {
     // spans of 2-4 blocks switch at most mallocs: 7.7% faster, pinned;
     // docs/benchmarks.md, Stop 83). A block pushed on top meanwhile is one
     // freed since, likely still cached.
-    if (i != found) prefetch_next(own_head(lab->kept_at(c, i)), lab->kept_at(c, i));
+    if (i != found) __builtin_prefetch(own_head(lab->kept_at(c, i)), 1);
     Span* s = lab->kept_at(c, found);
     if (!span_unkeep(s, lab, c)) {
       kept_drop(lab, c, found);  // stale
@@ -921,7 +921,7 @@ void* lab_refill(Lab* lab, unsigned c) {
   for (;;) {
     if (void* p = lab->lists[c].head) {
       lab->lists[c].head = block_next(p);
-      prefetch_next(lab->lists[c].head, p);  // as alloc_class does
+      __builtin_prefetch(lab->lists[c].head, 1);  // as alloc_class does
       clear_canary(p);
       lab_count(lab->lists[c].allocs);
       return p;

@@ -147,17 +147,4 @@ FW_INLINE void block_link(void* b, const void* next) {
 FW_INLINE void* block_next_fast(const void* b) { return *static_cast<void* const*>(b); }
 FW_INLINE void block_link_fast(void* b, const void* next) { *static_cast<const void**>(b) = next; }
 
-// Fetches the line of `next`, the block a list hands out after `taken`, for
-// the pop that will read its link. A list's last block links to null, and a
-// prefetch of address 0 is not free: the page it names is never mapped, so
-// the CPU walks the page tables for it each time, and no TLB entry keeps the
-// answer. Where a thread frees and allocates in turn its lists often hold
-// one block, and those prefetches took 17% of a loop of such pairs (2 cores,
-// AMD EPYC KVM guest, whose page walks are nested: docs/benchmarks.md, Stop
-// 89). So at a list's end `taken` is fetched, the block just popped, whose
-// line is in the cache already: a test and a select, no branch.
-FW_INLINE void prefetch_next(const void* next, const void* taken) {
-  __builtin_prefetch(next != nullptr ? next : taken, 1);
-}
-
 }  // namespace fw
