@@ -235,30 +235,45 @@ namespace {
 // block shrunk a long way moves to a class of its size.
 constexpr bool realloc_keeps(size_t n, size_t old) { return n != 0 && n <= old && (n >= old / 2 || old <= 64); }
 
-// realloc's common case, tested before anything else: p is a small block in
-// use that stays where it is (realloc_keeps). It makes the checks the full
-// path makes of such a block (span_check_free): p starts one of its span's
-// carved blocks (free's block check: the descriptor's offset and multiplier)
-// and is not free (its canary); a block that fails them goes on to the full
-// path, which reports it. The descriptor is found as free's fast path finds
-// it, with no test of the region's reservation: a vspan in state HOT, FULL or
-// PARTIAL was handed out, so it is within the reservation (fw_usable), and
-// any other state, or foreign memory past the reservation, goes on to the
-// full path. A string grown a byte at a time, with a realloc for each, spent
-// 39% of its time in the calls this replaces (span_of_owned, span_check_free;
-// docs/benchmarks.md, Stop 89).
-FW_INLINE bool realloc_stays(const void* p, size_t n) {
+// realloc's common case, tested before anything else: the block size of p
+// when p is a small block in use, else 0 (and in secure mode, whose blocks
+// keep the size asked for: secure_heap.h). It makes the checks the full path
+// makes of such a block (span_check_free): p starts one of its span's carved
+// blocks (free's block check: the descriptor's offset and multiplier) and is
+// not free (its canary); a block that fails them gets 0 and goes on to the
+// full path, which reports it. The descriptor is found as free's fast path
+// finds it, with no test of the region's reservation: a vspan in state HOT,
+// FULL or PARTIAL was handed out, so it is within the reservation
+// (fw_usable), and any other state, or foreign memory past the reservation,
+// goes on to the full path. A string grown a byte at a time, with a realloc
+// for each, spent 39% of its time in the calls this replaces (span_of_owned,
+// span_check_free; docs/benchmarks.md, Stop 89).
+FW_INLINE uint32_t small_in_use(const void* p) {
   const Span* d = span_of(p);
-  if (FW_UNLIKELY(d == nullptr) || FW_UNLIKELY(secure_mode())) return false;
+  if (FW_UNLIKELY(d == nullptr) || FW_UNLIKELY(secure_mode())) return 0;
   const uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
-  if (state != kHot && state != kFull && state != kPartial) return false;
-  if (!realloc_keeps(n, d->block_size.load(std::memory_order_relaxed))) return false;
+  if (state != kHot && state != kFull && state != kPartial) return 0;
   const uint64_t om = pair_relaxed(d->offset, d->block_mul);
   const uint32_t k = block_number_at(uint32_t(reinterpret_cast<uintptr_t>(p)) - uint32_t(om), uint32_t(om >> 32));
-  return below_relaxed(k, d->carved) && !has_canary(p);
+  if (!below_relaxed(k, d->carved) || has_canary(p)) return 0;
+  return d->block_size.load(std::memory_order_relaxed);
 }
 
-// realloc past its common case: every other block, and a block that moves.
+// A small block of `old` bytes (small_in_use) that moves to another small one
+// (n of 1 to kSmallMax): what a string or a vector outgrowing its class, or
+// one shrunk by more than half, does at each move. A function of its own, so
+// that the block kept in place saves no registers for the copy's call.
+FW_NOINLINE void* realloc_small_move(void* p, size_t n, size_t old) {
+  void* q = alloc_small(n);
+  if (q == nullptr) return nullptr;  // errno set; the old block is intact
+  std::memcpy(q, p, old < n ? old : n);
+  free_block(p);
+  return q;
+}
+
+// realloc past its common cases (fw_realloc_impl): null, large and huge
+// blocks, foreign ones, secure mode, a block that fails a check (reported
+// here), and a small block that grows past kSmallMax or is resized to 0.
 FW_NOINLINE void* realloc_full(void* p, size_t n) {
   if (p == nullptr) return alloc_small(n);
   if (n == 0) {  // as glibc: free the block and return NULL
@@ -329,7 +344,10 @@ FW_NOINLINE void* realloc_full(void* p, size_t n) {
 }  // namespace
 
 void* fw_realloc_impl(void* p, size_t n) {
-  if (FW_LIKELY(realloc_stays(p, n))) return p;
+  if (const size_t old = small_in_use(p); FW_LIKELY(old != 0)) {
+    if (realloc_keeps(n, old)) return p;
+    if (n - 1 < kSmallMax) return realloc_small_move(p, n, old);
+  }
   return realloc_full(p, n);
 }
 

@@ -176,6 +176,11 @@ TEST_CASE("at the address-space limit malloc, calloc, realloc, aligned allocatio
     EXPECT(20, new (std::nothrow) char[MiB] == nullptr);
     EXPECT(21, ::operator new(MiB, std::align_val_t(4096), std::nothrow) == nullptr);
     EXPECT(22, intact(big) && intact(small));
+    // A small block that would move to another small class (realloc's own
+    // path for it, core/alloc.cpp realloc_small_move) fails the same way.
+    errno = 0;
+    EXPECT(23, realloc(keep, 100000) == nullptr && errno == ENOMEM);
+    for (int i = 0; i < 64; i++) EXPECT(24, static_cast<unsigned char*>(keep)[i] == 0x3c);
 
     // Free everything: allocation works again, and the address space given
     // back is all reusable (a second round gets as many blocks).
