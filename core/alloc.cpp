@@ -7,7 +7,6 @@
 #include "core/free.h"
 #include "core/large.h"
 #include "core/percpu.h"
-#include "core/relaxed.h"
 #include "core/report.h"
 #include "core/secure.h"
 #include "core/secure_heap.h"
@@ -253,9 +252,7 @@ FW_INLINE uint32_t small_in_use(const void* p) {
   if (FW_UNLIKELY(d == nullptr) || FW_UNLIKELY(secure_mode())) return 0;
   const uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
   if (state != kHot && state != kFull && state != kPartial) return 0;
-  const uint64_t om = pair_relaxed(d->offset, d->block_mul);
-  const uint32_t k = block_number_at(uint32_t(reinterpret_cast<uintptr_t>(p)) - uint32_t(om), uint32_t(om >> 32));
-  if (!below_relaxed(k, d->carved) || has_canary(p)) return 0;
+  if (!starts_carved_block(p, d) || has_canary(p)) return 0;
   return d->block_size.load(std::memory_order_relaxed);
 }
 
@@ -297,9 +294,11 @@ FW_NOINLINE void* realloc_full(void* p, size_t n) {
       if (secure_mode()) {
         old = secure_requested(p, d);  // checks the block and its tail; the block always moves
       } else {
+        // A small block in use that passes the check came by small_in_use, so
+        // it is here to grow past kSmallMax: fw_realloc_impl kept or moved
+        // every other.
         span_check_free(d, p);
         old = d->block_size.load(std::memory_order_relaxed);
-        if (realloc_keeps(n, old)) return p;
       }
     } else if (state == kLarge || state == kLargeTail || state == kHuge) {
       old = large_usable_size(p, d);

@@ -141,6 +141,17 @@ FW_INLINE void free_block_impl(void* p, size_t n, bool aligned);
 FW_INLINE void free_block(void* p) { free_block_impl<false>(p, 0, false); }
 FW_INLINE void free_block_sized(void* p, size_t n, bool aligned) { free_block_impl<true>(p, n, aligned); }
 
+// Whether p starts one of the carved blocks of small span d (the block check,
+// secure.h): its offset from block 0 times the descriptor's multiplier
+// (span.h), rotated, is below carved. Offset and multiplier come in one load
+// (pair_relaxed), and d's fields are read by the instructions that use them
+// (relaxed.h). free's fast path and realloc's (alloc.cpp) make it.
+FW_INLINE bool starts_carved_block(const void* p, const Span* d) {
+  const uint64_t om = pair_relaxed(d->offset, d->block_mul);
+  const uint32_t off = uint32_t(reinterpret_cast<uintptr_t>(p)) - uint32_t(om);
+  return below_relaxed(block_number_at(off, uint32_t(om >> 32)), d->carved);
+}
+
 // The checks both fast-path cases make on block p of span d, class c: the
 // size of a sized free, and (hardening, secure.h) that p starts one of d's
 // carved blocks and is not free already; then p's free canary is set. false:
@@ -154,12 +165,8 @@ FW_INLINE bool free_fast_checks(void* p, const Span* d, size_t c, size_t n, bool
   }
 #if FREEWAY_HARDENING
   // The descriptor's multiplier (span.h), not the class's: the owned case
-  // then loads no class, and neither case a table entry. Offset and
-  // multiplier come in one load (pair_relaxed).
-  const uint64_t om = pair_relaxed(d->offset, d->block_mul);
-  const uint32_t off = uint32_t(reinterpret_cast<uintptr_t>(p)) - uint32_t(om);
-  const uint32_t k = block_number_at(off, uint32_t(om >> 32));
-  if (FW_UNLIKELY(!below_relaxed(k, d->carved))) return false;
+  // then loads no class, and neither case a table entry.
+  if (FW_UNLIKELY(!starts_carved_block(p, d))) return false;
   const uint64_t canary = canary_of(p);  // after the block test: one register fewer across it
   if (FW_UNLIKELY(static_cast<uint64_t*>(p)[1] == canary)) return false;
   static_cast<uint64_t*>(p)[1] = canary;
