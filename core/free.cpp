@@ -57,9 +57,7 @@ void free_percpu(void* p, Span* d) {
     if (FW_UNLIKELY(state != kFull && state != kPartial))  // large, free, or a bad pointer
       return percpu_free_slow(p, d, false);
   }
-  unsigned c = d->cls.load(std::memory_order_relaxed);
-  if (FW_UNLIKELY(!free_fast_checks<false>(p, d, c, 0, false)))
-    return percpu_free_slow(p, d, false);
+  if (FW_UNLIKELY(!free_fast_checks(p, d))) return percpu_free_slow(p, d, false);
   void* const* slots = reinterpret_cast<void* const*>(g_percpu.slots);
   if (owned && os::rseq_push_owned(g_percpu.rseq_off, slots, g_percpu.ncpu, &d->owner, &d->own_at, p)) return;
   if (os::rseq_push_counted(g_percpu.rseq_off, slots, g_percpu.ncpu, offsetof(Lab, pending_mask),

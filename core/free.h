@@ -59,54 +59,11 @@ FW_NOINLINE void free_slow_thread(void* p, Lab* lab, Span* d);
 // canary set already. Leaves the thread slot alone.
 void free_with(Lab* mine, void* p, Span* d, bool checked);
 
-// Sized frees (free_sized, free_aligned_sized, sized operator delete) check
-// the size against the block: it must be a size the block could have been
-// allocated or reallocated with. At most the block's size; and for a small
-// block of more than 64 bytes from an unaligned allocation, at least half of
-// it: every request a class serves is above the class below (more than half,
-// size_class.h), and realloc keeps a block only down to half its size
-// (alloc.cpp). Aligned allocations may take a bigger class, and large blocks
-// are rounded up, so for those only the upper bound is checked.
-constexpr FW_INLINE bool sized_free_fits(size_t n, size_t holds, bool aligned) {
-  return n <= holds && (aligned || holds <= 64 || n >= holds / 2);
-}
-// The same test on the fast path, for a block of class c: the sizes it allows
-// are one range, lo..lo + width, so one subtraction and one unsigned compare
-// test both ends (a size below lo wraps to a number above any width), each
-// with its table operand in memory (64-bit entries: a 32-bit one would need a
-// load of its own to widen it). The table is derived from sized_free_fits, so
-// the rule is written once: lo is the smallest size it allows, and the range
-// ends at the block size. Checked against it for every class and size
-// (tests/test_sized_free.cpp).
-struct SizedRanges {
-  uint64_t lo[2][kClassCount];     // [aligned][class]
-  uint64_t width[2][kClassCount];
-};
-constexpr SizedRanges make_sized_ranges() {
-  SizedRanges t{};
-  for (unsigned c = 0; c < kClassCount; c++) {
-    const uint64_t holds = kClassTables.info[c].block_size;
-    for (unsigned aligned = 0; aligned < 2; aligned++) {
-      // The smallest size it allows: sizes up to the block are allowed from
-      // some size on, so a binary search finds it (counting up to it tested
-      // 425,776 sizes in all, more steps than clang's constant evaluator
-      // allows by default, -fconstexpr-steps=1048576).
-      uint64_t lo = 0, hi = holds;  // sized_free_fits(hi)
-      while (lo < hi) {
-        const uint64_t mid = (lo + hi) / 2;
-        if (sized_free_fits(mid, holds, aligned != 0)) hi = mid;
-        else lo = mid + 1;
-      }
-      t.lo[aligned][c] = lo;
-      t.width[aligned][c] = holds - lo;
-    }
-  }
-  return t;
-}
-inline constexpr SizedRanges kSizedRanges = make_sized_ranges();
-FW_INLINE bool class_sized_free_fits(size_t n, size_t c, bool aligned) {
-  return n - kSizedRanges.lo[aligned][c] <= kSizedRanges.width[aligned][c];
-}
+// Sized frees check the size against the block: the rule and its table by
+// class are in size_class.h (sized_free_fits, kSizedRanges), and a small
+// span's range for unaligned allocations is in its descriptor (span.h,
+// sized_lo), where the fast path reads it.
+
 // Secure mode: frees every block in the calling thread's quarantine now
 // (fw_collect). A no-op in default mode.
 void quarantine_flush();
@@ -152,17 +109,25 @@ FW_INLINE bool starts_carved_block(const void* p, const Span* d) {
   return below_relaxed(block_number_at(off, uint32_t(om >> 32)), d->carved);
 }
 
-// The checks both fast-path cases make on block p of span d, class c: the
-// size of a sized free, and (hardening, secure.h) that p starts one of d's
-// carved blocks and is not free already; then p's free canary is set. false:
-// take the slow path. d's offset and carved are read by the instructions that
-// use them (relaxed.h).
-template <bool kSized>
-FW_INLINE bool free_fast_checks(void* p, const Span* d, size_t c, size_t n, bool aligned) {
-  if constexpr (kSized) {
-    // A mismatch stops the process: nothing to keep across the call.
-    if (FW_UNLIKELY(!class_sized_free_fits(n, c, aligned))) report_sized_free(p, n, class_block_size(c));
-  }
+// Whether n is a size a sized free of a block of small span d may pass
+// (sized_free_fits). Unaligned, from d's own range (span.h, sized_lo): one
+// load, from the line the fast path read the owner from, then the subtraction
+// and the compare of class_sized_free_fits. Aligned, from the table by d's
+// class.
+FW_INLINE bool span_sized_free_fits(const Span* d, size_t n, bool aligned) {
+  if (FW_UNLIKELY(aligned)) return class_sized_free_fits(n, d->cls.load(std::memory_order_relaxed), true);
+  const uint64_t range = pair_relaxed(d->sized_lo, d->sized_width);
+  return n - uint32_t(range) <= (range >> 32);
+}
+
+// The checks both fast-path cases make on block p of small span d
+// (hardening, secure.h): that p starts one of d's carved blocks and is not
+// free already; then p's free canary is set. false: take the slow path. d's
+// offset and carved are read by the instructions that use them (relaxed.h).
+// A sized free's size is checked before (span_sized_free_fits), and a
+// mismatch goes to free_slow_sized, which reports it, with a jump: a call of
+// the report from here made the fast path keep the stack aligned for it.
+FW_INLINE bool free_fast_checks(void* p, const Span* d) {
 #if FREEWAY_HARDENING
   // The descriptor's multiplier (span.h), not the class's: the owned case
   // then loads no class, and neither case a table entry.
@@ -180,16 +145,16 @@ FW_INLINE void free_block_impl(void* p, size_t n_size, bool aligned) {
   Span* slice = region_slice_of(p);
   if (FW_UNLIKELY(slice == nullptr)) return free_slow(p, lab, nullptr);
   Span* d = span_in_slice(slice, p);
-  // The class, kNoClass for a span without small blocks (which no LAB owns),
-  // is loaded where it is used: an owned block's unsized free uses none
-  // (the block check's multiplier is the descriptor's).
-  const auto cls = [d] { return size_t(d->cls.load(std::memory_order_relaxed)); };
+  // No class is loaded: the block check's multiplier and a sized free's range
+  // are the descriptor's.
   if (FW_LIKELY(equal_relaxed(d->owner, lab))) {
     // A span the LAB owns, hot or kept (lab.h): onto the list its own_at
     // names, even its last block in use (a kept span its owner empties stays
     // kept), counted in the word after that list's head (own_count_after).
-    if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, kSized ? cls() : 0, n_size, aligned)))
-      return free_slow(p, lab, d);
+    if constexpr (kSized) {
+      if (FW_UNLIKELY(!span_sized_free_fits(d, n_size, aligned))) return free_slow_sized(p, lab, d, n_size, aligned);
+    }
+    if (FW_UNLIKELY(!free_fast_checks(p, d))) return free_slow(p, lab, d);
     own_push_fast(d, p);
     return lab_leave(lab);
   } else {
@@ -208,8 +173,10 @@ FW_INLINE void free_block_impl(void* p, size_t n_size, bool aligned) {
     // checks apply, and a full chain needs none of free_slow's tests. The
     // free is counted when the chain goes to its span (chain_flush, lab.h),
     // so an unsized free loads no class here either.
-    if (FW_UNLIKELY(!free_fast_checks<kSized>(p, d, kSized ? cls() : 0, n_size, aligned)))
-      return free_slow(p, lab, d);
+    if constexpr (kSized) {
+      if (FW_UNLIKELY(!span_sized_free_fits(d, n_size, aligned))) return free_slow_sized(p, lab, d, n_size, aligned);
+    }
+    if (FW_UNLIKELY(!free_fast_checks(p, d))) return free_slow(p, lab, d);
     // room >= 1 in a thread's LAB (lab.h), so one decrement in place tests
     // it: 0 now is room 1 before, which free_chain_full puts back.
     if (FW_UNLIKELY(single_writer_sub_one_is_zero(ch->room.v))) return free_chain_full(p, lab, d);

@@ -200,6 +200,57 @@ FW_INLINE unsigned class_of_aligned(size_t n, size_t align) {
   return kClassTables.aligned[unsigned(__builtin_ctzll(align)) - kAlignLogMin][class_of(n)];
 }
 
+// Sized frees (free_sized, free_aligned_sized, sized operator delete) check
+// the size against the block: it must be a size the block could have been
+// allocated or reallocated with. At most the block's size; and for a small
+// block of more than 64 bytes from an unaligned allocation, at least half of
+// it: every request a class serves is above the class below (more than half,
+// above), and realloc keeps a block only down to half its size
+// (alloc.cpp). Aligned allocations may take a bigger class, and large blocks
+// are rounded up, so for those only the upper bound is checked.
+constexpr FW_INLINE bool sized_free_fits(size_t n, size_t holds, bool aligned) {
+  return n <= holds && (aligned || holds <= 64 || n >= holds / 2);
+}
+// The same test by class: the sizes a block of class c allows are one range,
+// lo..lo + width, so one subtraction and one unsigned compare test both ends
+// (a size below lo wraps to a number above any width). The table is derived
+// from sized_free_fits, so the rule is written once: lo is the smallest size
+// it allows, and the range ends at the block size. Checked against it for
+// every class and size (tests/test_sized_free.cpp). A small span carries its
+// class's unaligned range in its descriptor (span.h, sized_lo), where free's
+// fast path reads it; aligned sized frees use the table.
+struct SizedRanges {
+  uint64_t lo[2][kClassCount];  // [aligned][class]
+  uint64_t width[2][kClassCount];
+};
+constexpr SizedRanges make_sized_ranges() {
+  SizedRanges t{};
+  for (unsigned c = 0; c < kClassCount; c++) {
+    const uint64_t holds = kClassTables.info[c].block_size;
+    for (unsigned aligned = 0; aligned < 2; aligned++) {
+      // The smallest size it allows: sizes up to the block are allowed from
+      // some size on, so a binary search finds it (counting up to it tested
+      // 425,776 sizes in all, more steps than clang's constant evaluator
+      // allows by default, -fconstexpr-steps=1048576).
+      uint64_t lo = 0, hi = holds;  // sized_free_fits(hi)
+      while (lo < hi) {
+        const uint64_t mid = (lo + hi) / 2;
+        if (sized_free_fits(mid, holds, aligned != 0))
+          hi = mid;
+        else
+          lo = mid + 1;
+      }
+      t.lo[aligned][c] = lo;
+      t.width[aligned][c] = holds - lo;
+    }
+  }
+  return t;
+}
+inline constexpr SizedRanges kSizedRanges = make_sized_ranges();
+FW_INLINE bool class_sized_free_fits(size_t n, size_t c, bool aligned) {
+  return n - kSizedRanges.lo[aligned][c] <= kSizedRanges.width[aligned][c];
+}
+
 bool size_class_is_valid();
 
 }  // namespace fw

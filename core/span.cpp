@@ -195,6 +195,8 @@ bool span_make_hot(Span* s, unsigned cls, Lab* lab) {
   s->offset.store(uint32_t(span_base(s)) + colour, std::memory_order_relaxed);  // span.h
   s->block_size.store(ci.block_size, std::memory_order_relaxed);
   s->block_mul.store(block_mul_of(cls), std::memory_order_relaxed);
+  s->sized_lo.store(uint32_t(kSizedRanges.lo[0][cls]), std::memory_order_relaxed);
+  s->sized_width.store(uint32_t(kSizedRanges.width[0][cls]), std::memory_order_relaxed);
   s->capacity.store(capacity, std::memory_order_relaxed);
   s->carved.store(0, std::memory_order_relaxed);
   s->run_len.store(1, std::memory_order_relaxed);

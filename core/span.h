@@ -159,6 +159,16 @@ struct alignas(128) Span {
   // Written by the owner only, set whenever the span becomes hot or kept;
   // stale in every other state, where no owner's free reads it.
   std::atomic<uintptr_t> own_at;
+  // The sizes a sized free of one of its blocks may pass (free.h,
+  // sized_free_fits), for an allocation without extra alignment: from
+  // sized_lo to sized_lo + sized_width, side by side so that free's fast path
+  // reads both with one load from this line, where it found the owner (a
+  // table indexed by the class was a chain of three: the class, then two
+  // entries). Set with the class (span_make_hot) from kSizedRanges
+  // (size_class.h; tests/test_span.cpp checks the result against the rule for
+  // every class); stale in every other state, where no fast-path free reads it.
+  std::atomic<uint32_t> sized_lo;
+  std::atomic<uint32_t> sized_width;
   // The second line: written by frees.
   alignas(64) std::atomic<uint64_t> anchor;
   std::atomic<uint32_t> pool_next;
@@ -176,6 +186,8 @@ static_assert(sizeof(Span) == 128, "a span descriptor is two cache lines");
 constexpr unsigned kSpanShift = 7;
 static_assert(sizeof(Span) == size_t(1) << kSpanShift, "kSpanShift is log2(sizeof(Span))");
 static_assert(offsetof(Span, anchor) == 64, "the fields frees write start the second line");
+static_assert(offsetof(Span, sized_lo) % 8 == 0 && offsetof(Span, sized_width) == offsetof(Span, sized_lo) + 4,
+              "sized_lo and sized_width share one 8-byte word, sized_lo in its low half (pair_relaxed)");
 static_assert(offsetof(Span, offset) % 8 == 0 && offsetof(Span, block_mul) == offsetof(Span, offset) + 4,
               "offset and block_mul share one 8-byte word, offset in its low half (pair_relaxed)");
 

@@ -1,4 +1,4 @@
-// core/free.h: the fast path's sized-free test (one range per class, one
+// core/size_class.h: the sized-free test by class (one range per class, one
 // subtraction and one compare) allows exactly the sizes sized_free_fits allows,
 // for every class, both kinds of allocation, and sizes at and around each
 // bound, up to sizes that only a wrapped subtraction could let through.
@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/free.h"
+#include "core/size_class.h"
 
 using namespace fw;
 

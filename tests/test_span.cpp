@@ -1,12 +1,13 @@
 // Span descriptors: the anchor word and every state transition of a small span.
 #include <doctest/doctest.h>
-
-#include <algorithm>
 #include <fcntl.h>
 #include <unistd.h>
+
+#include <algorithm>
 #include <vector>
 
 #include "core/arena.h"
+#include "core/free.h"
 #include "core/lab.h"
 #include "core/options.h"
 #include "core/reusable.h"
@@ -76,6 +77,34 @@ TEST_CASE("a span's reuse threshold is exactly FREEWAY_REUSE_PERCENT of its bloc
   CHECK(reuse_threshold(5) == 2);  // 1.25, up
   CHECK(reuse_threshold(3840) == 960);
   CHECK(reuse_threshold(1) == 1);
+}
+
+TEST_CASE("span_make_hot gives a span its class's sized-free range, the sizes sized_free_fits allows") {
+  // free's fast path checks a sized free against the descriptor's range
+  // (span.h, sized_lo; free.h, span_sized_free_fits), not the class's table:
+  // every size up to past the block, and sizes only a wrapped subtraction or
+  // a truncation to 32 bits would let through, for every class.
+  REQUIRE(arena_init());
+  for (unsigned c = 0; c < kClassCount; c++) {
+    CAPTURE(c);
+    Span* s = pool_take_span(0);
+    REQUIRE(s != nullptr);
+    REQUIRE(span_make_hot(s, c, &g_owner));
+    const size_t holds = class_block_size(c);
+    std::vector<size_t> sizes;
+    for (size_t n = 0; n <= holds + 16; n++) sizes.push_back(n);
+    for (size_t n : {holds * 2, size_t(UINT32_MAX), size_t(UINT32_MAX) + 1, (size_t(1) << 32) + holds,
+                     (size_t(1) << 32) + holds / 2 + 1, SIZE_MAX - holds, SIZE_MAX})
+      sizes.push_back(n);
+    unsigned wrong = 0;
+    for (bool aligned : {false, true})
+      for (size_t n : sizes)
+        if (span_sized_free_fits(s, n, aligned) != sized_free_fits(n, holds, aligned) && wrong++ < 4)
+          FAIL_CHECK("size " << n << ", aligned " << aligned);
+    CHECK(wrong == 0);
+    span_release(s, nullptr);
+    CHECK(anchor_of(s).state == kFree);
+  }
 }
 
 TEST_CASE("span_carve_take hands out every block of a span once, each counted as carved, in batches within bounds, for every class") {
