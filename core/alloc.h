@@ -70,12 +70,16 @@ static_assert(kClassCount * kListWords <= 255, "a list word fits the table's byt
 static_assert(offsetof(Lab, lists) == 0 && sizeof(ClassList) == kListWords * sizeof(uint64_t),
               "list words count from the LAB's start");
 
-// A block of the class whose list word is w (list_word) for a request of n bytes.
+// A block of the class whose list word is w (list_word) for a request of n
+// bytes. An empty list goes to Slow by a jump: malloc_slow, or a caller's
+// function around it (operator new's tests the result there, shim/new.cpp, so
+// that its fast path, like malloc's, keeps nothing across a call).
+template <void* (*Slow)(size_t, Lab*, size_t) = malloc_slow>
 FW_INLINE void* alloc_at(size_t w, size_t n) {
   Lab* lab = lab_enter();
   ClassList& l = lab_list_at(lab, w);
   void* p = l.head;
-  if (FW_UNLIKELY(p == nullptr)) return malloc_slow(n, lab, w);
+  if (FW_UNLIKELY(p == nullptr)) return Slow(n, lab, w);
   void* next = block_next_fast(p);
   l.head = next;
   // The next malloc of class c reads next's link: a list of blocks freed long
@@ -91,9 +95,13 @@ FW_INLINE void* alloc_at(size_t w, size_t n) {
 // A block of class c for a request of n bytes.
 FW_INLINE void* alloc_class(unsigned c, size_t n) { return alloc_at(list_word(c), n); }
 
+// malloc's fast path for any size: Slow and Big (malloc_slow and
+// malloc_medium_or_large, or a caller's functions around them) are reached by
+// jumps.
+template <void* (*Slow)(size_t, Lab*, size_t) = malloc_slow, void* (*Big)(size_t) = malloc_medium_or_large>
 FW_INLINE void* alloc_small(size_t n) {
-  if (FW_LIKELY(n <= kSmallTableMax)) return alloc_at(kListWordOfSmall.of[(n + 15) >> 4], n);
-  return malloc_medium_or_large(n);
+  if (FW_LIKELY(n <= kSmallTableMax)) return alloc_at<Slow>(kListWordOfSmall.of[(n + 15) >> 4], n);
+  return Big(n);
 }
 
 // The rest of the malloc family (alloc.cpp). They set errno on failure.

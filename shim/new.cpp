@@ -114,13 +114,24 @@ void* new_nothrow(size_t n, size_t align, const char* symbol, Args... extra) noe
   }
 }
 
-// operator new(n): malloc's fast path inline (core/alloc.h), and the
-// new-handler loop only when it gives nullptr. Through a call to fw_malloc,
-// every new paid the call, a saved register and the handler test.
-FW_INLINE void* new_fast(size_t n) {
-  void* p = fw::alloc_small(n);
+// operator new's way into malloc's slow paths: the new-handler loop only
+// when they give nullptr. Reached by a jump from new_fast, so that the test
+// of the result, and n kept for the loop, are here and not on the fast path.
+FW_NOINLINE void* new_slow(size_t n, fw::Lab* lab, size_t w) {
+  void* p = fw::malloc_slow(n, lab, w);
   return FW_LIKELY(p != nullptr) ? p : new_or_throw(n, 0);
 }
+FW_NOINLINE void* new_medium_or_large(size_t n) {
+  void* p = fw::malloc_medium_or_large(n);
+  return FW_LIKELY(p != nullptr) ? p : new_or_throw(n, 0);
+}
+
+// operator new(n): malloc's fast path inline (core/alloc.h), its slow paths
+// through the two above. Through a call to fw_malloc, every new paid the
+// call, a saved register and the handler test; with the test after the
+// inline path (until Stop 90), the saved register still: n was kept across
+// the slow paths' calls for the handler loop.
+FW_INLINE void* new_fast(size_t n) { return fw::alloc_small<new_slow, new_medium_or_large>(n); }
 
 }  // namespace
 

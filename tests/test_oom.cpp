@@ -173,6 +173,14 @@ TEST_CASE("at the address-space limit malloc, calloc, realloc, aligned allocatio
       threw = true;
     }
     EXPECT(19, threw);
+    threw = false;
+    try {  // a small class: operator new's own way into malloc_slow (shim/new.cpp, new_slow)
+      void* volatile p = ::operator new(64);
+      ::operator delete(p);
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    EXPECT(25, threw);
     EXPECT(20, new (std::nothrow) char[MiB] == nullptr);
     EXPECT(21, ::operator new(MiB, std::align_val_t(4096), std::nothrow) == nullptr);
     EXPECT(22, intact(big) && intact(small));
