@@ -47,12 +47,18 @@ std::vector<void*> carve_all(Span* s) {
   return blocks;
 }
 
-// A hot span of class c with every block carved; returns the blocks in order.
-std::vector<void*> hot_span_all_carved(Span*& s, unsigned c) {
+// A span from the pool, made hot for class c (arena_init first).
+Span* hot_span(unsigned c) {
   REQUIRE(arena_init());
-  s = pool_take_span(0);
+  Span* s = pool_take_span(0);
   REQUIRE(s != nullptr);
   REQUIRE(span_make_hot(s, c, &g_owner));
+  return s;
+}
+
+// A hot span of class c with every block carved; returns the blocks in order.
+std::vector<void*> hot_span_all_carved(Span*& s, unsigned c) {
+  s = hot_span(c);
   return carve_all(s);
 }
 
@@ -84,12 +90,9 @@ TEST_CASE("span_make_hot gives a span its class's sized-free range, the sizes si
   // (span.h, sized_lo; free.h, span_sized_free_fits), not the class's table:
   // every size up to past the block, and sizes only a wrapped subtraction or
   // a truncation to 32 bits would let through, for every class.
-  REQUIRE(arena_init());
   for (unsigned c = 0; c < kClassCount; c++) {
     CAPTURE(c);
-    Span* s = pool_take_span(0);
-    REQUIRE(s != nullptr);
-    REQUIRE(span_make_hot(s, c, &g_owner));
+    Span* s = hot_span(c);
     const size_t holds = class_block_size(c);
     std::vector<size_t> sizes;
     for (size_t n = 0; n <= holds + 16; n++) sizes.push_back(n);
@@ -107,13 +110,12 @@ TEST_CASE("span_make_hot gives a span its class's sized-free range, the sizes si
   }
 }
 
-TEST_CASE("span_carve_take hands out every block of a span once, each counted as carved, in batches within bounds, for every class") {
-  REQUIRE(arena_init());
+TEST_CASE(
+    "span_carve_take hands out every block of a span once, each counted as carved, in batches within bounds, for every "
+    "class") {
   for (unsigned c = 0; c < kClassCount; c++) {
     CAPTURE(c);
-    Span* s = pool_take_span(0);
-    REQUIRE(s != nullptr);
-    REQUIRE(span_make_hot(s, c, &g_owner));
+    Span* s = hot_span(c);
     const uintptr_t base = span_blocks(s);
     const uint32_t bsize = class_block_size(c), capacity = s->capacity.load();
     std::vector<void*> blocks;
