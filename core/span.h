@@ -159,7 +159,7 @@ struct alignas(128) Span {
   // Written by the owner only, set whenever the span becomes hot or kept;
   // stale in every other state, where no owner's free reads it.
   std::atomic<uintptr_t> own_at;
-  // The sizes a sized free of one of its blocks may pass (free.h,
+  // The sizes a sized free of one of its blocks may pass (size_class.h,
   // sized_free_fits), for an allocation without extra alignment: from
   // sized_lo to sized_lo + sized_width, side by side so that free's fast path
   // reads both with one load from this line, where it found the owner (a

@@ -26,7 +26,7 @@ FW_API void* fw_malloc(size_t size) { return fw::alloc_small(size); }
 FW_API void* fw_calloc(size_t count, size_t size) { return fw::fw_alloc_zeroed(count, size); }
 FW_API void* fw_realloc(void* p, size_t size) { return fw::fw_realloc_impl(p, size); }
 FW_API void fw_free(void* p) { fw::free_block(p); }
-// The size is checked against the block (core/free.h, sized_free_fits).
+// The size is checked against the block (core/size_class.h, sized_free_fits).
 FW_API void fw_free_sized(void* p, size_t size) { fw::free_block_sized(p, size, false); }
 FW_API void fw_free_aligned_sized(void* p, size_t alignment, size_t size) {
   fw::free_block_sized(p, size, alignment > 16);
