@@ -32,7 +32,10 @@ namespace fw {
   X(percpu, 2, 0, 2,                                                                                                  \
     "caches per CPU through rseq (Linux x86-64): 0 per-thread, 1 per-CPU (warns if it cannot), 2 per-CPU once "       \
     "threads are more than twice the CPUs and 16 and their caches hold more than 32 MiB")                             \
-  X(telemetry_hz, 20, 1, 1000, "telemetry snapshots per second")
+  X(telemetry_hz, 20, 1, 1000, "telemetry snapshots per second")                                                      \
+  X(deepbind, 0, 0, 1,                                                                                                \
+    "1: libfreeway.so's dlopen keeps RTLD_DEEPBIND (such a library's malloc and free are then the C library's); "     \
+    "0: it drops the flag")
 
 enum class Option : unsigned {
 #define FW_OPTION_ENUM(name, def, least, most, doc) name,

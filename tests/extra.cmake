@@ -79,6 +79,24 @@ add_test(NAME preload.cxx_plugin
           $<TARGET_FILE:fw_plugin_host> $<TARGET_FILE:fw_cxx_plugin> $<TARGET_FILE:freeway>)
 set_tests_properties(preload.cxx_plugin PROPERTIES TIMEOUT 60 LABELS override)  # preloads freeway: sanitizer builds skip it
 
+# A library dlopened with RTLD_DEEPBIND (PHP's extensions) uses freeway's malloc
+# and free under LD_PRELOAD, and is still found through the caller's RUNPATH
+# (shim/deepbind.cpp); FREEWAY_DEEPBIND=1 keeps the flag, and the C library's.
+add_library(fw_deepbind_plugin MODULE ${FW_TEST_PROGRAMS}/deepbind_plugin.c)
+target_compile_options(fw_deepbind_plugin PRIVATE ${FW_TEST_C_FLAGS})
+set_target_properties(fw_deepbind_plugin PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/deepbind/plugins)
+add_executable(fw_deepbind_host ${FW_TEST_PROGRAMS}/deepbind_host.c)
+target_compile_options(fw_deepbind_host PRIVATE ${FW_TEST_C_FLAGS})
+target_link_libraries(fw_deepbind_host PRIVATE ${CMAKE_DL_LIBS})
+target_link_options(fw_deepbind_host PRIVATE -Wl,--enable-new-dtags)
+set_target_properties(fw_deepbind_host PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/deepbind
+  BUILD_RPATH "\$ORIGIN/plugins")
+add_dependencies(fw_deepbind_host freeway fw_deepbind_plugin)
+add_test(NAME preload.deepbind
+  COMMAND sh -c "\"$1\" $2 1 && LD_PRELOAD=\"$3\" \"$1\" $2 1 && FREEWAY_DEEPBIND=1 LD_PRELOAD=\"$3\" \"$1\" $2 0" sh
+          $<TARGET_FILE:fw_deepbind_host> $<TARGET_FILE_NAME:fw_deepbind_plugin> $<TARGET_FILE:freeway>)
+set_tests_properties(preload.deepbind PROPERTIES TIMEOUT 60 LABELS override)
+
 # malloc keeps errno when it succeeds on a kernel without transparent huge
 # pages (MADV_NOHUGEPAGE refused with EINVAL, here through seccomp).
 add_executable(fw_errno_nothp ${FW_TEST_PROGRAMS}/errno_nothp.c)
