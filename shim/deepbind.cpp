@@ -1,4 +1,4 @@
-// shim/deepbind.cpp: dlopen without RTLD_DEEPBIND (libfreeway.so, Linux x86-64).
+// shim/deepbind.cpp: dlopen without RTLD_DEEPBIND (libfreeway.so, glibc, x86-64).
 //
 // A library dlopened with RTLD_DEEPBIND looks its symbols up in itself and its
 // own dependencies before the global scope, so its malloc and free bind to the
@@ -6,7 +6,7 @@
 // the two allocators, and the C library's free of a freeway block crashes in
 // glibc (PHP loads every extension so: `php -r` under LD_PRELOAD stops with
 // SIGSEGV in _int_free under freeway, mimalloc, jemalloc and tcmalloc alike;
-// php-src issue 10670). freeway's dlopen drops the flag (FREEWAY_DEEPBIND=0,
+// php-src issues 10670, 11133, 11564). freeway's dlopen drops the flag (FREEWAY_DEEPBIND=0,
 // the default), so such a library uses the allocator every other one does;
 // FREEWAY_DEEPBIND=1 keeps it. FREEWAY_VERBOSE=1 names each library it changed.
 //
@@ -15,7 +15,10 @@
 // interposer must not become the caller: it ends in a jump to the C library's
 // dlopen with the caller's return address still on the stack. That jump is
 // written in assembly, as a compiler does not promise a tail call.
-#if defined(__linux__) && defined(__x86_64__)
+#if defined(__linux__)
+#include <features.h>
+#endif
+#if defined(__GLIBC__) && defined(__x86_64__)  // RTLD_DEEPBIND is glibc's
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -29,12 +32,14 @@ using DlopenFn = void* (*)(const char*, int);
 
 // The C library's dlopen, resolved at the first call (dlsym, RTLD_NEXT).
 // Invariant: once set it never changes; racing first calls store the same value.
+// `used`, as is fw_dlopen_mode: only the assembly below refers to them, which
+// link-time optimisation does not see.
 extern "C" FW_HIDDEN std::atomic<DlopenFn> fw_next_dlopen;
-std::atomic<DlopenFn> fw_next_dlopen{nullptr};
+__attribute__((used)) std::atomic<DlopenFn> fw_next_dlopen{nullptr};
 
 // The mode dlopen passes on, with fw_next_dlopen set: called by the
 // trampoline below with the caller's file and mode.
-extern "C" FW_HIDDEN int fw_dlopen_mode(const char* file, int mode) {
+extern "C" FW_HIDDEN __attribute__((used)) int fw_dlopen_mode(const char* file, int mode) {
   if (fw_next_dlopen.load(std::memory_order_acquire) == nullptr) {
     auto next = reinterpret_cast<DlopenFn>(dlsym(RTLD_NEXT, "dlopen"));
     if (next == nullptr) {  // nothing to forward to: say so instead of jumping to 0
@@ -54,14 +59,22 @@ extern "C" FW_HIDDEN int fw_dlopen_mode(const char* file, int mode) {
 }
 
 // dlopen(file, mode): keeps file (rdi) across the call (one push, which also
-// aligns the stack for it), then jumps with the new mode (esi).
+// aligns the stack for it), then jumps with the new mode (esi). It starts with
+// endbr64 where the library is built for CET (-fcf-protection), since it is
+// reached by an indirect jump from the PLT.
+#if defined(__CET__)
+#define FW_DLOPEN_ENDBR "endbr64\n"
+#else
+#define FW_DLOPEN_ENDBR ""
+#endif
 asm(R"(
-  .text
+  .pushsection .text
   .globl dlopen
   .type dlopen, @function
   .p2align 4
 dlopen:
   .cfi_startproc
+)" FW_DLOPEN_ENDBR R"(
   push %rdi
   .cfi_adjust_cfa_offset 8
   call fw_dlopen_mode
@@ -71,5 +84,6 @@ dlopen:
   jmp *fw_next_dlopen(%rip)
   .cfi_endproc
   .size dlopen, .-dlopen
+  .popsection
 )");
 #endif

@@ -81,14 +81,22 @@ set_tests_properties(preload.cxx_plugin PROPERTIES TIMEOUT 60 LABELS override)  
 
 # A library dlopened with RTLD_DEEPBIND (PHP's extensions) uses freeway's malloc
 # and free under LD_PRELOAD, and is still found through the caller's RUNPATH
-# (shim/deepbind.cpp); FREEWAY_DEEPBIND=1 keeps the flag, and the C library's.
+# (shim/deepbind.cpp: glibc on x86-64); FREEWAY_DEEPBIND=1 keeps the flag, and
+# the C library's. The host is built as a PIE: in a position-dependent
+# executable &malloc is its own PLT entry, which no library's &malloc equals.
+include(CheckSymbolExists)
+set(CMAKE_REQUIRED_DEFINITIONS -D_GNU_SOURCE)
+check_symbol_exists(RTLD_DEEPBIND dlfcn.h FW_HAVE_RTLD_DEEPBIND)
+unset(CMAKE_REQUIRED_DEFINITIONS)
+if(FW_HAVE_RTLD_DEEPBIND AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
 add_library(fw_deepbind_plugin MODULE ${FW_TEST_PROGRAMS}/deepbind_plugin.c)
 target_compile_options(fw_deepbind_plugin PRIVATE ${FW_TEST_C_FLAGS})
 set_target_properties(fw_deepbind_plugin PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/deepbind/plugins)
 add_executable(fw_deepbind_host ${FW_TEST_PROGRAMS}/deepbind_host.c)
 target_compile_options(fw_deepbind_host PRIVATE ${FW_TEST_C_FLAGS})
 target_link_libraries(fw_deepbind_host PRIVATE ${CMAKE_DL_LIBS})
-target_link_options(fw_deepbind_host PRIVATE -Wl,--enable-new-dtags)
+target_compile_options(fw_deepbind_host PRIVATE -fPIE)
+target_link_options(fw_deepbind_host PRIVATE -pie -Wl,--enable-new-dtags)
 set_target_properties(fw_deepbind_host PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/deepbind
   BUILD_RPATH "\$ORIGIN/plugins")
 add_dependencies(fw_deepbind_host freeway fw_deepbind_plugin)
@@ -96,6 +104,7 @@ add_test(NAME preload.deepbind
   COMMAND sh -c "\"$1\" $2 1 && LD_PRELOAD=\"$3\" \"$1\" $2 1 && FREEWAY_DEEPBIND=1 LD_PRELOAD=\"$3\" \"$1\" $2 0" sh
           $<TARGET_FILE:fw_deepbind_host> $<TARGET_FILE_NAME:fw_deepbind_plugin> $<TARGET_FILE:freeway>)
 set_tests_properties(preload.deepbind PROPERTIES TIMEOUT 60 LABELS override)
+endif()
 
 # malloc keeps errno when it succeeds on a kernel without transparent huge
 # pages (MADV_NOHUGEPAGE refused with EINVAL, here through seccomp).
