@@ -2,6 +2,9 @@
 // In libfreeway.so these interpose on the C library's (LD_PRELOAD or linking);
 // in libfreeway.a they replace them in the program that links it. All of them
 // are in this one object file so that a static link takes all or none.
+#if defined(__linux__)
+#include <features.h>
+#endif
 #include <cstddef>
 
 #include "core/alloc.h"
@@ -32,6 +35,14 @@ FW_OVERRIDE void cfree(void* p) { fw_free(p); }
 // still brings in this file, and malloc and new never come from two heaps.
 extern "C" __attribute__((visibility("default"))) int freeway_override_anchor;
 int freeway_override_anchor = 1;
+
+#if defined(__GLIBC__)
+// And glibc's other allocator names (shim/glibc.cpp): a static link that
+// took malloc from here but one of those from libc.a's malloc.o would define
+// malloc twice.
+extern "C" int freeway_glibc_anchor;
+__attribute__((used)) static int* const g_pull_glibc = &freeway_glibc_anchor;
+#endif
 
 #if defined(_WIN32)
 // And a program that links malloc from here also links the CRT's own names

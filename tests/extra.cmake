@@ -15,6 +15,9 @@
 #                       plugin's local scope): operator new's new_handler loop
 #                       and std::bad_alloc, plain and under LD_PRELOAD
 #   preload.errno_nothp malloc keeps errno where MADV_NOHUGEPAGE is refused
+#   preload.glibc_api, static.glibc_api  glibc's mallinfo2, malloc_trim,
+#                       mallopt, malloc_info, malloc_stats and __libc_ names,
+#                       plain, preloaded and linked -static with libfreeway.a
 #   install.consumers   cmake --install, then pkg-config, CMake find_package
 #                       and static-link consumers of the installed copy
 #   install.multiarch_libdir  the same for a build with CMAKE_INSTALL_PREFIX=/usr
@@ -112,6 +115,36 @@ target_compile_options(fw_errno_nothp PRIVATE ${FW_TEST_C_FLAGS})
 add_dependencies(fw_errno_nothp freeway)
 add_test(NAME preload.errno_nothp COMMAND env LD_PRELOAD=$<TARGET_FILE:freeway> $<TARGET_FILE:fw_errno_nothp>)
 set_tests_properties(preload.errno_nothp PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77 LABELS override)
+
+# glibc's allocator interface beyond the malloc family (shim/glibc.cpp): the
+# __libc_ names, mallinfo2, malloc_trim, mallopt, malloc_info, malloc_stats.
+# The program checks what glibc does (plain run), then the same with freeway's
+# figures, under LD_PRELOAD and linked -static with libfreeway.a: before,
+# that link failed ("multiple definition of `malloc'", libc.a's malloc.o) for
+# a program that named any of them. No static link under a sanitizer.
+check_symbol_exists(__GLIBC__ features.h FW_HAVE_GLIBC)
+if(FW_HAVE_GLIBC)
+  add_executable(fw_glibc_api ${FW_TEST_PROGRAMS}/glibc_api.c)
+  target_compile_options(fw_glibc_api PRIVATE ${FW_TEST_C_FLAGS})
+  target_include_directories(fw_glibc_api PRIVATE ${PROJECT_SOURCE_DIR}/include)
+  target_link_libraries(fw_glibc_api PRIVATE ${CMAKE_DL_LIBS})
+  add_dependencies(fw_glibc_api freeway)
+  add_test(NAME preload.glibc_api
+    COMMAND sh -c "\"$1\" glibc && LD_PRELOAD=\"$2\" \"$1\" freeway && FREEWAY_PERCPU=1 LD_PRELOAD=\"$2\" \"$1\" freeway" sh
+            $<TARGET_FILE:fw_glibc_api> $<TARGET_FILE:freeway>)
+  set_tests_properties(preload.glibc_api PROPERTIES TIMEOUT 60 LABELS override)
+  if(NOT CMAKE_C_FLAGS MATCHES "-fsanitize" AND NOT CMAKE_CXX_FLAGS MATCHES "-fsanitize")
+    add_executable(fw_glibc_api_static ${FW_TEST_PROGRAMS}/glibc_api.c)
+    target_compile_definitions(fw_glibc_api_static PRIVATE GA_STATIC)
+    target_compile_options(fw_glibc_api_static PRIVATE ${FW_TEST_C_FLAGS})
+    target_link_libraries(fw_glibc_api_static PRIVATE freeway_static)
+    target_link_options(fw_glibc_api_static PRIVATE -static)
+    # libfreeway.a's operator new needs the C++ runtime.
+    set_target_properties(fw_glibc_api_static PROPERTIES LINKER_LANGUAGE CXX)
+    add_test(NAME static.glibc_api COMMAND fw_glibc_api_static freeway)
+    set_tests_properties(static.glibc_api PROPERTIES TIMEOUT 60 LABELS override)
+  endif()
+endif()
 
 # --- Install -----------------------------------------------------------------
 add_test(NAME install.consumers

@@ -1,0 +1,181 @@
+// shim/glibc.cpp: the rest of glibc's allocator interface, answered by freeway
+// (Linux with glibc; libfreeway.so and libfreeway.a).
+//
+// glibc exports more than the malloc family: malloc_trim, mallinfo2,
+// mallinfo, mallopt, malloc_stats, malloc_info, and the __libc_ names of its
+// own functions. Without them here:
+// - a program that calls them gets glibc's heap, which holds nothing: under
+//   LD_PRELOAD mallinfo2 reported 0 bytes in use and malloc_trim released
+//   nothing (tmux and clangd call malloc_trim; LLVM's tools, systemd and e2fsck
+//   read mallinfo2);
+// - a block from __libc_malloc was glibc's, so free() reported it as a bad
+//   pointer, and __libc_free of a freeway block crashed in glibc;
+// - a program linked with libfreeway.a and -static that names any of them
+//   did not link: the name brings in libc.a's malloc.o, whose malloc and free
+//   clash with freeway's ("multiple definition of `malloc'").
+// So each is defined here. override.cpp refers to this file's anchor and this
+// file to override.cpp's, so that a static link takes both or neither.
+//
+// The figures (docs/stats.md gives fw_stats's):
+//   uordblks  live_bytes - large_live_bytes: small blocks in use
+//   hblks     large_allocs - large_frees: large and huge blocks in use
+//   hblkhd    large_live_bytes
+//   arena     committed_bytes - hblkhd, at least uordblks
+//   fordblks  arena - uordblks: committed and not in a block in use
+// so, as under glibc, uordblks + fordblks = arena and uordblks + hblkhd are the
+// bytes in use. ordblks, smblks, fsmblks, usmblks and keepcost count glibc's
+// chunks and bins, which freeway has no equivalent of: 0.
+#if defined(__linux__)
+#include <features.h>
+#endif
+#if defined(__GLIBC__)
+#include <cerrno>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+
+#include "core/config.h"
+#include "core/options.h"
+#include "core/report.h"
+#include "core/span_pool.h"
+#include "core/stats.h"
+#include "freeway.h"
+
+#define FW_GLIBC_API extern "C" __attribute__((visibility("default"), used))
+
+// glibc's layouts (malloc.h, which is not included: it declares these
+// functions with exception specifications and deprecation marks).
+struct mallinfo2 {
+  size_t arena, ordblks, smblks, hblks, hblkhd, usmblks, fsmblks, uordblks, fordblks, keepcost;
+};
+struct mallinfo {
+  int arena, ordblks, smblks, hblks, hblkhd, usmblks, fsmblks, uordblks, fordblks, keepcost;
+};
+
+namespace {
+
+struct Summary {
+  uint64_t in_use_small, large_count, large_bytes, arena, committed, peak_committed, reserved;
+};
+
+Summary summarise(const fw_stats_t& s) {
+  Summary m{};
+  m.large_bytes = s.large_live_bytes;
+  m.large_count = s.large_allocs - s.large_frees;
+  m.in_use_small = s.live_bytes > s.large_live_bytes ? s.live_bytes - s.large_live_bytes : 0;
+  const uint64_t small_committed = s.committed_bytes > m.large_bytes ? s.committed_bytes - m.large_bytes : 0;
+  m.arena = small_committed > m.in_use_small ? small_committed : m.in_use_small;
+  m.committed = s.committed_bytes;
+  m.peak_committed = s.peak_committed_bytes;
+  m.reserved = s.reserved_bytes;
+  return m;
+}
+
+Summary summary_now() {
+  fw_stats_t s;
+  fw_stats(&s);
+  return summarise(s);
+}
+
+// glibc's mallinfo wraps fields above INT_MAX; these stop there.
+int clamp_int(uint64_t v) { return v > uint64_t(INT_MAX) ? INT_MAX : int(v); }
+
+fw::Line& signed_dec(fw::Line& l, int v) {
+  if (v < 0) return l.str("-").dec(uint64_t(-int64_t(v)));
+  return l.dec(uint64_t(v));
+}
+
+}  // namespace
+
+extern "C" {
+
+// One anchor each way with override.cpp (see above).
+extern int freeway_override_anchor;
+__attribute__((used)) static int* const g_pull_override = &freeway_override_anchor;
+__attribute__((visibility("default"))) int freeway_glibc_anchor = 1;
+
+// Gives free memory back to the OS now (fw_collect). pad, the bytes glibc
+// leaves at its heap's top, has no meaning here. 1 when committed memory fell.
+FW_GLIBC_API int malloc_trim(size_t pad) {
+  const uint64_t before = fw::committed_bytes();
+  fw_collect();
+  return fw::committed_bytes() < before ? 1 : 0;
+}
+
+FW_GLIBC_API struct mallinfo2 mallinfo2(void) {
+  const Summary m = summary_now();
+  struct mallinfo2 out {};
+  out.arena = m.arena;
+  out.hblks = m.large_count;
+  out.hblkhd = m.large_bytes;
+  out.uordblks = m.in_use_small;
+  out.fordblks = m.arena - m.in_use_small;
+  return out;
+}
+
+FW_GLIBC_API struct mallinfo mallinfo(void) {
+  const struct mallinfo2 w = mallinfo2();
+  struct mallinfo out {};
+  out.arena = clamp_int(w.arena);
+  out.hblks = clamp_int(w.hblks);
+  out.hblkhd = clamp_int(w.hblkhd);
+  out.uordblks = clamp_int(w.uordblks);
+  out.fordblks = clamp_int(w.fordblks);
+  return out;
+}
+
+// glibc's tuning parameters (M_MMAP_THRESHOLD, M_ARENA_MAX...) have no effect
+// on freeway, whose options are FREEWAY_<NAME> (docs/tuning.md). Accepted (1,
+// as glibc answers for a value it takes), so that a program that stops when
+// mallopt fails still runs; FREEWAY_VERBOSE=1 names each ignored call.
+FW_GLIBC_API int mallopt(int param, int value) {
+  if (fw::option(fw::Option::verbose) > 0) {
+    fw::Line l;
+    signed_dec(l.str("freeway: mallopt("), param).str(", ");
+    signed_dec(l, value).str(") has no effect: freeway's options are FREEWAY_<NAME> (docs/tuning.md)\n").write(2);
+  }
+  return 1;
+}
+
+// glibc prints its arenas to stderr; this prints fw_stats.
+FW_GLIBC_API void malloc_stats(void) { fw_stats_print(2); }
+
+// glibc's XML shape (version 1) for the totals tools read, then every figure
+// of fw_stats_t by name. options must be 0, as glibc asks (EINVAL otherwise).
+FW_GLIBC_API int malloc_info(int options, FILE* fp) {
+  if (options != 0) return EINVAL;
+  fw_stats_t s;
+  fw_stats(&s);
+  const Summary m = summarise(s);
+  const auto u = [](uint64_t v) { return static_cast<unsigned long long>(v); };
+  fprintf(fp, "<malloc version=\"1\" allocator=\"freeway\">\n");
+  fprintf(fp, "<total type=\"fast\" count=\"0\" size=\"0\"/>\n");
+  fprintf(fp, "<total type=\"rest\" count=\"0\" size=\"%llu\"/>\n", u(m.arena - m.in_use_small));
+  fprintf(fp, "<total type=\"mmap\" count=\"%llu\" size=\"%llu\"/>\n", u(m.large_count), u(m.large_bytes));
+  fprintf(fp, "<system type=\"current\" size=\"%llu\"/>\n", u(m.committed));
+  fprintf(fp, "<system type=\"max\" size=\"%llu\"/>\n", u(m.peak_committed));
+  fprintf(fp, "<aspace type=\"total\" size=\"%llu\"/>\n", u(m.reserved));
+  fprintf(fp, "<aspace type=\"mprotect\" size=\"%llu\"/>\n", u(m.committed));
+#define FW_STAT_XML(field, doc) fprintf(fp, "<stat name=\"%s\" value=\"%llu\"/>\n", #field, u(s.field));
+  FW_STAT_FIELDS(FW_STAT_XML)
+#undef FW_STAT_XML
+  fprintf(fp, "</malloc>\n");
+  return 0;
+}
+
+// glibc's own names for its functions. A program or library that calls them
+// (a debugging wrapper, a profiler's heap tracer) gets freeway's blocks, which
+// free() takes, and frees them with freeway.
+FW_GLIBC_API void* __libc_malloc(size_t n) { return fw_malloc(n); }
+FW_GLIBC_API void __libc_free(void* p) { fw_free(p); }
+FW_GLIBC_API void* __libc_calloc(size_t c, size_t n) { return fw_calloc(c, n); }
+FW_GLIBC_API void* __libc_realloc(void* p, size_t n) { return fw_realloc(p, n); }
+FW_GLIBC_API void* __libc_memalign(size_t a, size_t n) { return fw_memalign(a, n); }
+FW_GLIBC_API void* __libc_valloc(size_t n) { return fw_valloc(n); }
+FW_GLIBC_API void* __libc_pvalloc(size_t n) { return fw_pvalloc(n); }
+FW_GLIBC_API int __posix_memalign(void** out, size_t a, size_t n) { return fw_posix_memalign(out, a, n); }
+FW_GLIBC_API struct mallinfo __libc_mallinfo(void) { return mallinfo(); }
+FW_GLIBC_API int __libc_mallopt(int param, int value) { return mallopt(param, value); }
+
+}  // extern "C"
+#endif  // __GLIBC__
