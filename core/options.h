@@ -35,7 +35,10 @@ namespace fw {
   X(telemetry_hz, 20, 1, 1000, "telemetry snapshots per second")                                                      \
   X(deepbind, 0, 0, 1,                                                                                                \
     "1: libfreeway.so's dlopen keeps RTLD_DEEPBIND (such a library's malloc and free are then the C library's); "     \
-    "0: it drops the flag")
+    "0: it drops the flag")                                                                                           \
+  X(libc_dlsym, 0, 0, 1,                                                                                              \
+    "1: libfreeway.so's dlsym through a handle may return the C library's own malloc, free...; 0: it returns the "    \
+    "process's")
 
 enum class Option : unsigned {
 #define FW_OPTION_ENUM(name, def, least, most, doc) name,

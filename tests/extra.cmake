@@ -18,6 +18,8 @@
 #   preload.glibc_api, static.glibc_api  glibc's mallinfo2, malloc_trim,
 #                       mallopt, malloc_info, malloc_stats and __libc_ names,
 #                       plain, preloaded and linked -static with libfreeway.a
+#   preload.dlsym_libc  dlsym through libc.so.6's handle (ctypes.CDLL) finds
+#                       the process's malloc and free, not glibc's own
 #   install.consumers   cmake --install, then pkg-config, CMake find_package
 #                       and static-link consumers of the installed copy
 #   install.multiarch_libdir  the same for a build with CMAKE_INSTALL_PREFIX=/usr
@@ -144,6 +146,21 @@ if(FW_HAVE_GLIBC)
     add_test(NAME static.glibc_api COMMAND fw_glibc_api_static freeway)
     set_tests_properties(static.glibc_api PROPERTIES TIMEOUT 60 LABELS override)
   endif()
+endif()
+
+# dlsym through a handle of the C library (shim/dlsym.cpp: glibc on x86-64),
+# as Python's ctypes.CDLL("libc.so.6") looks names up: plain, under LD_PRELOAD
+# the handle's malloc and free are the process's and blocks cross both ways;
+# with FREEWAY_LIBC_DLSYM=1 they are the C library's own.
+if(FW_HAVE_GLIBC AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+  add_executable(fw_dlsym_libc ${FW_TEST_PROGRAMS}/dlsym_libc.c)
+  target_compile_options(fw_dlsym_libc PRIVATE ${FW_TEST_C_FLAGS})
+  target_link_libraries(fw_dlsym_libc PRIVATE ${CMAKE_DL_LIBS})
+  add_dependencies(fw_dlsym_libc freeway)
+  add_test(NAME preload.dlsym_libc
+    COMMAND sh -c "\"$1\" process && LD_PRELOAD=\"$2\" \"$1\" process && FREEWAY_LIBC_DLSYM=1 LD_PRELOAD=\"$2\" \"$1\" own" sh
+            $<TARGET_FILE:fw_dlsym_libc> $<TARGET_FILE:freeway>)
+  set_tests_properties(preload.dlsym_libc PROPERTIES TIMEOUT 60 LABELS override)
 endif()
 
 # --- Install -----------------------------------------------------------------

@@ -1,0 +1,93 @@
+/* dlsym_libc: lookups through a handle of the C library (shim/dlsym.cpp), as
+ * Python's ctypes.CDLL("libc.so.6") makes them.
+ *
+ *   dlsym_libc process  through the handle, the allocator functions are the
+ *                       process's (those RTLD_DEFAULT finds), so a block of
+ *                       the C library's strdup (the process's malloc) goes to
+ *                       the handle's free, and the handle's malloc to free
+ *   dlsym_libc own      the C library's own functions, which differ from the
+ *                       process's (run under LD_PRELOAD with FREEWAY_LIBC_DLSYM=1)
+ *
+ * Both modes also check that other names are the C library's, that a failed
+ * lookup still fails with a dlerror() message, and that a successful one
+ * leaves none. Exit 0 when every check holds, 1 otherwise. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <string.h>
+
+static int g_failed;
+#define CHECK(cond)                                                       \
+  do {                                                                    \
+    if (!(cond)) {                                                        \
+      printf("dlsym_libc: line %d: check failed: %s\n", __LINE__, #cond); \
+      g_failed = 1;                                                       \
+    }                                                                     \
+  } while (0)
+
+typedef void* (*MallocFn)(size_t);
+typedef void (*FreeFn)(void*);
+typedef char* (*StrdupFn)(const char*);
+typedef int (*TrimFn)(size_t);
+
+int main(int argc, char** argv) {
+  if (argc != 2 || (strcmp(argv[1], "process") != 0 && strcmp(argv[1], "own") != 0)) {
+    fprintf(stderr, "usage: %s process|own\n", argv[0]);
+    return 2;
+  }
+  const int process = strcmp(argv[1], "process") == 0;
+  void* libc = dlopen("libc.so.6", RTLD_LAZY);
+  if (libc == NULL) {
+    printf("dlsym_libc: dlopen(libc.so.6): %s\n", dlerror());
+    return 1;
+  }
+  static const char* const kAllocNames[] = {
+      "malloc", "free", "calloc", "realloc", "posix_memalign", "aligned_alloc", "malloc_usable_size", "malloc_trim"};
+  int differ = 0;
+  for (unsigned i = 0; i < sizeof kAllocNames / sizeof kAllocNames[0]; i++) {
+    dlerror();
+    void* through_handle = dlsym(libc, kAllocNames[i]);
+    CHECK(through_handle != NULL && dlerror() == NULL);
+    void* global = dlsym(RTLD_DEFAULT, kAllocNames[i]);
+    if (process) CHECK(through_handle == global);
+    if (through_handle != global) differ = 1;
+  }
+  /* A name the allocator does not replace is the C library's own. */
+  void* own_strdup = dlsym(libc, "strdup");
+  CHECK(own_strdup != NULL && own_strdup == dlsym(RTLD_DEFAULT, "strdup"));
+  /* A lookup that fails still fails, with a message. */
+  dlerror();
+  CHECK(dlsym(libc, "no_such_function_in_libc") == NULL);
+  const char* err = dlerror();
+  CHECK(err != NULL);
+
+  if (process) {
+    /* The crossings that crashed: the C library's strdup allocates with the
+     * process's malloc, and the handle's free must take the block. */
+    StrdupFn dup = (StrdupFn)own_strdup;
+    FreeFn handle_free = (FreeFn)dlsym(libc, "free");
+    MallocFn handle_malloc = (MallocFn)dlsym(libc, "malloc");
+    for (int i = 0; i < 20000; i++) {
+      char text[64];
+      snprintf(text, sizeof text, "block %d", i);
+      char* s = dup(text);
+      CHECK(s != NULL && strcmp(s, text) == 0);
+      handle_free(s);
+      void* p = handle_malloc((size_t)(i % 5000) + 1);
+      CHECK(p != NULL);
+      free(p);
+      if (g_failed) break;
+    }
+    TrimFn trim = (TrimFn)dlsym(libc, "malloc_trim");
+    const int r = trim(0);
+    CHECK(r == 0 || r == 1);
+  } else {
+    /* The C library's own, not the preloaded allocator's: blocks are not
+     * crossed then. */
+    CHECK(differ);
+  }
+  dlclose(libc);
+  if (!g_failed) printf("dlsym_libc %s: all checks passed\n", argv[1]);
+  return g_failed;
+}
