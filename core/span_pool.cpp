@@ -953,19 +953,22 @@ void pool_after_fork_child() {
   g_purging.store(false, std::memory_order_relaxed);
 }
 
-void pool_collect() {
+uint64_t pool_collect() {
   // A program that asks for its memory back asks for the bound too: the
   // footprint of its last cycle no longer holds pages.
   g_footprint.store(0, std::memory_order_relaxed);
   g_bound_gave.store(0, std::memory_order_relaxed);
   // Take everything, decommit, push back (push_free overwrites pool_next, so
   // read the next link first).
+  uint64_t gave = 0;
   for (uint32_t i = take_all(); i != kNoIndex;) {
     Span* s = span_at(i);
     i = s->pool_next.load(std::memory_order_relaxed);
+    gave += s->committed.load(std::memory_order_relaxed);
     decommit_span(s);
     push_free(s, s->run_len.load(std::memory_order_relaxed));
   }
+  return gave;
 }
 
 uint64_t pool_retained_bytes() { return g_retained.load(std::memory_order_relaxed); }

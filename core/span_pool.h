@@ -135,8 +135,9 @@ void span_set_use(Span* s, unsigned cls);
 // to be unmapped as a whole).
 void span_forget_committed(Span* s);
 
-// Decommits every retained span and run now (fw_collect).
-void pool_collect();
+// Decommits every retained span and run now (fw_collect, malloc_trim); returns
+// the bytes it gave back.
+uint64_t pool_collect();
 // In a fork's child (one thread, pthread_atfork, registered at load by the
 // shim): gives back what a purge pass of the parent held when it forked
 // (span_pool.cpp, g_purge_rest). A merge (coalesce) or fw_collect running in

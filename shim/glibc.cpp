@@ -35,6 +35,7 @@
 #include <cstdio>
 
 #include "core/config.h"
+#include "core/lab.h"
 #include "core/options.h"
 #include "core/report.h"
 #include "core/span_pool.h"
@@ -55,17 +56,17 @@ struct mallinfo {
 namespace {
 
 struct Summary {
-  uint64_t in_use_small, large_count, large_bytes, arena, committed, peak_committed, reserved;
+  uint64_t in_use_small, large_count, large_bytes, arena, peak_committed, reserved;
 };
 
 Summary summarise(const fw_stats_t& s) {
   Summary m{};
   m.large_bytes = s.large_live_bytes;
-  m.large_count = s.large_allocs - s.large_frees;
+  // The two counts are read apart: a free between them can make frees the larger.
+  m.large_count = s.large_allocs > s.large_frees ? s.large_allocs - s.large_frees : 0;
   m.in_use_small = s.live_bytes > s.large_live_bytes ? s.live_bytes - s.large_live_bytes : 0;
   const uint64_t small_committed = s.committed_bytes > m.large_bytes ? s.committed_bytes - m.large_bytes : 0;
   m.arena = small_committed > m.in_use_small ? small_committed : m.in_use_small;
-  m.committed = s.committed_bytes;
   m.peak_committed = s.peak_committed_bytes;
   m.reserved = s.reserved_bytes;
   return m;
@@ -94,12 +95,23 @@ extern int freeway_override_anchor;
 __attribute__((used)) static int* const g_pull_override = &freeway_override_anchor;
 __attribute__((visibility("default"))) int freeway_glibc_anchor = 1;
 
-// Gives free memory back to the OS now (fw_collect). pad, the bytes glibc
-// leaves at its heap's top, has no meaning here. 1 when committed memory fell.
+// Gives free memory back to the OS now: fw_collect without two of its steps.
+// It does not empty per-CPU caches (fw_collect runs the caller on each CPU in
+// turn for that: half a second with 8 busy threads on 2 CPUs, more on a big
+// machine, for a call programs make periodically; those caches hold at most
+// two spans a class a CPU), and it does not empty the caller's quarantine in
+// secure mode (a library's trim does not shorten use-after-free detection).
+// pad, the bytes glibc leaves at its heap's top, has no meaning here. 1 when
+// some memory was given back: by the pool's pass (counted there, so other
+// threads' commits meanwhile cannot hide it), or by the caches' spans on
+// their way to the pool (with FREEWAY_DECAY_MS=0 the pool gives them back as
+// they come in).
 FW_GLIBC_API int malloc_trim(size_t pad) {
   const uint64_t before = fw::committed_bytes();
-  fw_collect();
-  return fw::committed_bytes() < before ? 1 : 0;
+  fw::lab_collect_current(fw::Collect::kKept);
+  fw::lab_collect_parked();
+  const uint64_t gave = fw::pool_collect();
+  return gave > 0 || fw::committed_bytes() < before ? 1 : 0;
 }
 
 FW_GLIBC_API struct mallinfo2 mallinfo2(void) {
@@ -152,10 +164,11 @@ FW_GLIBC_API int malloc_info(int options, FILE* fp) {
   fprintf(fp, "<total type=\"fast\" count=\"0\" size=\"0\"/>\n");
   fprintf(fp, "<total type=\"rest\" count=\"0\" size=\"%llu\"/>\n", u(m.arena - m.in_use_small));
   fprintf(fp, "<total type=\"mmap\" count=\"%llu\" size=\"%llu\"/>\n", u(m.large_count), u(m.large_bytes));
-  fprintf(fp, "<system type=\"current\" size=\"%llu\"/>\n", u(m.committed));
+  // As glibc's: "current" and "aspace" without the large blocks, which "mmap" counts.
+  fprintf(fp, "<system type=\"current\" size=\"%llu\"/>\n", u(m.arena));
   fprintf(fp, "<system type=\"max\" size=\"%llu\"/>\n", u(m.peak_committed));
   fprintf(fp, "<aspace type=\"total\" size=\"%llu\"/>\n", u(m.reserved));
-  fprintf(fp, "<aspace type=\"mprotect\" size=\"%llu\"/>\n", u(m.committed));
+  fprintf(fp, "<aspace type=\"mprotect\" size=\"%llu\"/>\n", u(m.arena));
 #define FW_STAT_XML(field, doc) fprintf(fp, "<stat name=\"%s\" value=\"%llu\"/>\n", #field, u(s.field));
   FW_STAT_FIELDS(FW_STAT_XML)
 #undef FW_STAT_XML
@@ -175,6 +188,7 @@ FW_GLIBC_API void* __libc_valloc(size_t n) { return fw_valloc(n); }
 FW_GLIBC_API void* __libc_pvalloc(size_t n) { return fw_pvalloc(n); }
 FW_GLIBC_API int __posix_memalign(void** out, size_t a, size_t n) { return fw_posix_memalign(out, a, n); }
 FW_GLIBC_API struct mallinfo __libc_mallinfo(void) { return mallinfo(); }
+FW_GLIBC_API struct mallinfo2 __libc_mallinfo2(void) { return mallinfo2(); }
 FW_GLIBC_API int __libc_mallopt(int param, int value) { return mallopt(param, value); }
 
 }  // extern "C"

@@ -1,7 +1,8 @@
 // shim/override.cpp: the C allocation functions, replaced. One forward each.
 // In libfreeway.so these interpose on the C library's (LD_PRELOAD or linking);
 // in libfreeway.a they replace them in the program that links it. All of them
-// are in this one object file so that a static link takes all or none.
+// are in this one object file, and it and glibc.cpp's refer to each other (the
+// anchors below), so that a static link takes all or none.
 #if defined(__linux__)
 #include <features.h>
 #endif

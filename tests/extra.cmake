@@ -135,7 +135,16 @@ if(FW_HAVE_GLIBC)
     COMMAND sh -c "\"$1\" glibc && LD_PRELOAD=\"$2\" \"$1\" freeway && FREEWAY_PERCPU=1 LD_PRELOAD=\"$2\" \"$1\" freeway" sh
             $<TARGET_FILE:fw_glibc_api> $<TARGET_FILE:freeway>)
   set_tests_properties(preload.glibc_api PROPERTIES TIMEOUT 60 LABELS override)
-  if(NOT CMAKE_C_FLAGS MATCHES "-fsanitize" AND NOT CMAKE_CXX_FLAGS MATCHES "-fsanitize")
+  # A -static link needs the C and C++ libraries' archives (Debian's libc6-dev
+  # and libstdc++-dev have them; some distributions package them apart).
+  include(CheckCXXSourceCompiles)
+  set(CMAKE_REQUIRED_LINK_OPTIONS -static)
+  check_cxx_source_compiles("#include <new>\nint main() { delete new int(1); return 0; }" FW_CAN_LINK_STATIC)
+  unset(CMAKE_REQUIRED_LINK_OPTIONS)
+  if(NOT FW_CAN_LINK_STATIC)
+    message(STATUS "static.glibc_api not registered: this toolchain cannot link -static (no libc.a or libstdc++.a)")
+  endif()
+  if(FW_CAN_LINK_STATIC AND NOT CMAKE_C_FLAGS MATCHES "-fsanitize" AND NOT CMAKE_CXX_FLAGS MATCHES "-fsanitize")
     add_executable(fw_glibc_api_static ${FW_TEST_PROGRAMS}/glibc_api.c)
     target_compile_definitions(fw_glibc_api_static PRIVATE GA_STATIC)
     target_compile_options(fw_glibc_api_static PRIVATE ${FW_TEST_C_FLAGS})

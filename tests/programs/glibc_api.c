@@ -33,6 +33,17 @@ void* __libc_realloc(void*, size_t);
 void* __libc_memalign(size_t, size_t);
 void* __libc_valloc(size_t);
 void* __libc_pvalloc(size_t);
+struct mallinfo __libc_mallinfo(void);
+int __libc_mallopt(int, int);
+/* Two names libc.so.6 does not export (libc.a's malloc.o defines them):
+ * freeway's only, so looked up in freeway mode. */
+int __posix_memalign(void**, size_t, size_t);
+struct mallinfo2 __libc_mallinfo2(void);
+#ifdef GA_STATIC
+#define FREEWAY_ONLY(name) ((void*)&name)
+#else
+#define FREEWAY_ONLY(name) dlsym(RTLD_DEFAULT, #name)
+#endif
 
 static int g_failed;
 #define CHECK(cond)                                                      \
@@ -79,8 +90,12 @@ static void libc_names(int freeway) {
   void* pv = __libc_pvalloc(10);
   CHECK(pv != NULL && ((uintptr_t)pv & (page - 1)) == 0 && malloc_usable_size(pv) >= page);
   if (freeway) {
+    int (*pm_fn)(void**, size_t, size_t) = (int (*)(void**, size_t, size_t))FREEWAY_ONLY(__posix_memalign);
+    void* pm = NULL;
+    CHECK(pm_fn != NULL && pm_fn(&pm, 256, 300) == 0 && pm != NULL && ((uintptr_t)pm & 255) == 0);
     CHECK(p_fw_owns(a) && p_fw_owns(b) && p_fw_owns(c) && p_fw_owns(r));
-    CHECK(p_fw_owns(m) && p_fw_owns(v) && p_fw_owns(pv));
+    CHECK(p_fw_owns(m) && p_fw_owns(v) && p_fw_owns(pv) && p_fw_owns(pm));
+    free(pm);
   }
   free(a);        /* __libc_malloc's block to free */
   __libc_free(b); /* malloc's block to __libc_free */
@@ -118,6 +133,12 @@ static void info_and_trim(int freeway) {
   CHECK(narrow.uordblks == (int)full.uordblks && narrow.hblkhd == (int)full.hblkhd);
   CHECK(narrow.arena == (int)full.arena);
   if (freeway) {
+    /* glibc's own names give the same, and the chunk counts are 0. */
+    struct mallinfo2 (*info2)(void) = (struct mallinfo2(*)(void))FREEWAY_ONLY(__libc_mallinfo2);
+    CHECK(info2 != NULL);
+    if (info2 != NULL) CHECK(info2().uordblks == full.uordblks);
+    CHECK(__libc_mallinfo().uordblks == narrow.uordblks);
+    CHECK(full.ordblks == 0 && full.smblks == 0 && full.fsmblks == 0 && full.usmblks == 0 && full.keepcost == 0);
     CHECK(in_use(full) == s.live_bytes);
     CHECK(full.hblkhd == s.large_live_bytes);
     CHECK(full.arena + full.hblkhd == s.committed_bytes);
@@ -136,14 +157,14 @@ static void info_and_trim(int freeway) {
   const int trimmed = malloc_trim(0);
   CHECK(trimmed == 0 || trimmed == 1);
   if (freeway) {
-    /* 1 exactly when committed memory fell. What is left committed: the
-     * calling thread's hot spans and the blocks still in use, within a few
-     * MiB. A trim right after one finds nothing more to give back. */
+    /* 1 exactly when committed memory fell (one thread: nothing else commits
+     * meanwhile). What is left committed: the caches' hot spans and the
+     * blocks still in use, within a few MiB. A trim right after one finds
+     * nothing more to give back. */
     p_fw_stats(&s);
     CHECK(trimmed == (s.committed_bytes < committed_before));
     CHECK(s.committed_bytes <= s.live_bytes + (4u << 20));
-    const int again = malloc_trim(0);
-    CHECK(malloc_trim(0) == 0 || again == 0);
+    CHECK(malloc_trim(0) == 0);
   }
   const size_t rss_trimmed = rss_bytes();
   CHECK(rss_trimmed + (32u << 20) <= rss_peak);
@@ -164,6 +185,7 @@ static char* read_all(FILE* f) {
 static void reports(int freeway) {
   CHECK(mallopt(M_ARENA_MAX, 4) == 1);
   CHECK(mallopt(M_MMAP_THRESHOLD, 1 << 20) == 1);
+  CHECK(__libc_mallopt(M_ARENA_MAX, 8) == 1);
 
   FILE* f = tmpfile();
   CHECK(f != NULL);
@@ -212,6 +234,13 @@ int main(int argc, char** argv) {
       return 1;
     }
 #endif
+  }
+  if (!freeway) {
+    /* glibc's defaults, whatever GLIBC_TUNABLES or MALLOC_*_ say: the big
+     * block is mmapped (hblks), and a free heap's top is given back. */
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+    mallopt(M_TOP_PAD, 128 * 1024);
+    mallopt(M_TRIM_THRESHOLD, 128 * 1024);
   }
   libc_names(freeway);
   info_and_trim(freeway);
