@@ -3,15 +3,16 @@
 //
 // dlsym(handle, "free") looks the name up in that library and its
 // dependencies, so through a handle of libc.so.6 (or of any library that
-// does not define the name itself) it finds glibc's own free, not the one
-// the process binds to. Python's ctypes works so: ctypes.CDLL("libc.so.6").free(p)
-// on a string glibc's strdup returned (allocated through the process's
-// malloc, freeway's) stopped python with "free(): invalid pointer" under
-// freeway and jemalloc, and with SIGSEGV under mimalloc and tcmalloc. Here a
-// lookup through a handle that returns one of the C library's own allocator
-// functions returns what the global scope binds that name to instead: the
-// process's (freeway's when it is preloaded or linked). Any other result, a
-// lookup in the global scope (RTLD_DEFAULT) and one after the caller
+// does not define the name itself) it finds glibc's own free, not freeway's.
+// Python's ctypes works so: ctypes.CDLL("libc.so.6").free(p) on a string
+// glibc's strdup returned (allocated through the process's malloc, freeway's)
+// stopped python with "free(): invalid pointer" under freeway and jemalloc,
+// and with SIGSEGV under mimalloc and tcmalloc. Here a lookup through a
+// handle that finds one of the C library's own functions of a name freeway
+// replaces returns the process's function of that name instead (the global
+// scope's: freeway's, or a wrapper's preloaded before it), or freeway's own
+// when the caller is that wrapper (fw_dlsym_handle). Any other result,
+// a lookup in the global scope (RTLD_DEFAULT) and one after the caller
 // (RTLD_NEXT) are the C library's answer unchanged. FREEWAY_LIBC_DLSYM=1
 // keeps the C library's own functions.
 //
@@ -28,6 +29,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 
 #include "core/config.h"
 #include "core/options.h"
@@ -63,9 +65,8 @@ extern "C" FW_HIDDEN __attribute__((used)) DlsymFn fw_dlsym_next() {
 
 namespace {
 
-// The names of the C library's allocator that a process's allocator
-// replaces (override.cpp, glibc.cpp). The C library defines every one of
-// them that it exports; a name it lacks simply has no entry.
+// The names of the C library's allocator that freeway replaces (override.cpp,
+// glibc.cpp).
 constexpr const char* kNames[] = {"malloc",
                                   "free",
                                   "calloc",
@@ -93,82 +94,78 @@ constexpr const char* kNames[] = {"malloc",
                                   "__libc_valloc",
                                   "__libc_pvalloc",
                                   "__libc_mallinfo",
-                                  "__libc_mallopt"};
-constexpr unsigned kNameCount = sizeof(kNames) / sizeof(kNames[0]);
+                                  "__libc_mallinfo2",
+                                  "__libc_mallopt",
+                                  "__posix_memalign"};
 
-// The C library's own function of each name and the process's, where they
-// differ. Invariant: published once complete (g_table_ready, release) and
-// never changed: the C library is never unloaded, and the global scope's
-// bindings of these names are fixed from the start.
-struct Table {
-  void* libc[kNameCount];
-  void* process[kNameCount];
-  unsigned n;
-};
-Table g_table;
-std::atomic<int> g_table_state{0};  // 0 not built, 1 being built, 2 built
-
-void build(Table& t, DlsymFn next) {
-  t.n = 0;
-  void* libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
-  if (libc == nullptr) return;
-  for (const char* name : kNames) {
-    void* own = next(libc, name);
-    // The process's binding: the global scope as libfreeway.so sees it.
-    void* process = next(RTLD_DEFAULT, name);
-    if (own != nullptr && process != nullptr && own != process) {
-      t.libc[t.n] = own;
-      t.process[t.n] = process;
-      t.n++;
-    }
-  }
-  dlclose(libc);  // NOLOAD took a reference; the C library stays loaded
-  // The names the C library lacks left an error that would otherwise be the
-  // caller's next dlerror() after a lookup that succeeded.
-  (void)dlerror();
+bool replaced_name(const char* name) {
+  for (const char* n : kNames)
+    if (n[0] == name[0] && std::strcmp(n, name) == 0) return true;
+  return false;
 }
 
-// The table, built at the first lookup that needs it. A call that finds
-// another building it builds a copy in `local` rather than wait.
-const Table& table(Table& local, DlsymFn next) {
-  int state = g_table_state.load(std::memory_order_acquire);
-  if (state == 2) return g_table;
-  if (state == 0 && g_table_state.compare_exchange_strong(state, 1, std::memory_order_acquire)) {
-    build(g_table, next);
-    g_table_state.store(2, std::memory_order_release);
-    return g_table;
+// Whether p lies in the C library (libc.so.<n>). dladdr, unlike a lookup,
+// leaves dlerror() alone.
+bool in_libc(void* p) {
+  Dl_info info;
+  if (dladdr(p, &info) == 0 || info.dli_fname == nullptr) return false;
+  const char* base = std::strrchr(info.dli_fname, '/');
+  base = base != nullptr ? base + 1 : info.dli_fname;
+  return std::strncmp(base, "libc.so.", 8) == 0;
+}
+
+// The object that p lies in (its load address), or nullptr.
+void* object_of(const void* p) {
+  Dl_info info;
+  return dladdr(p, &info) != 0 ? info.dli_fbase : nullptr;
+}
+
+// The main program's handle: lookups through it search the global scope
+// (the program, the preloaded libraries, then the rest, in load order).
+// Invariant: once set it never changes (dlopen(NULL) is always the same).
+std::atomic<void*> g_main_handle{nullptr};
+
+void* main_handle() {
+  void* h = g_main_handle.load(std::memory_order_acquire);
+  if (h == nullptr) {
+    h = dlopen(nullptr, RTLD_LAZY);
+    g_main_handle.store(h, std::memory_order_release);
   }
-  build(local, next);
-  return local;
+  return h;
 }
 
 }  // namespace
 
 // dlsym through a handle (neither RTLD_DEFAULT nor RTLD_NEXT): reached from
-// the trampoline below with the caller's arguments.
-extern "C" FW_HIDDEN __attribute__((used)) void* fw_dlsym_handle(void* handle, const char* name) {
+// the trampoline below with the caller's arguments and return address.
+// Matched by name, not by address: glibc's aligned_alloc, memalign and
+// __libc_memalign are one function, and freeway's differ (memalign takes any
+// alignment). The replacement is the global scope's binding of the name, the
+// process's: freeway's, or a wrapper's preloaded before it (glibc's
+// libmemusage.so adds a header to each block, so its blocks need its free).
+// Not when that binding is in the caller's own object: a wrapper that fetches
+// the C library's malloc through a handle would get itself back, and
+// recurse; it gets freeway's own instead (this library is linked -Bsymbolic,
+// so a global lookup from here finds its own definitions first).
+extern "C" FW_HIDDEN __attribute__((used)) void* fw_dlsym_handle(void* handle, const char* name, void* caller) {
   DlsymFn next = fw_dlsym_next();
   void* found = next(handle, name);
-  if (found == nullptr || fw::option(fw::Option::libc_dlsym) != 0) return found;
-  Table local;
-  const Table& t = table(local, next);
-  for (unsigned i = 0; i < t.n; i++) {
-    if (t.libc[i] != found) continue;
-    if (fw::option(fw::Option::verbose) > 0)
-      fw::Line()
-          .str("freeway: dlsym(handle, \"")
-          .str(name)
-          .str("\"): the process's, not the C library's own\n")
-          .write(2);
-    return t.process[i];
-  }
-  return found;
+  if (found == nullptr || name == nullptr || fw::option(fw::Option::libc_dlsym) != 0) return found;
+  if (!replaced_name(name) || !in_libc(found)) return found;
+  void* h = main_handle();
+  void* process = h != nullptr ? next(h, name) : nullptr;
+  if (process == nullptr || object_of(process) == object_of(caller)) process = next(RTLD_DEFAULT, name);
+  if (process == nullptr || process == found) return found;
+  if (fw::option(fw::Option::verbose) > 0)
+    fw::Line().str("freeway: dlsym(handle, \"").str(name).str("\"): the process's, not the C library's own\n").write(2);
+  return process;
 }
 
 // dlsym(handle, name): handle + 1 is 0 for RTLD_NEXT ((void*)-1) and 1 for
 // RTLD_DEFAULT (0); both jump to the C library's dlsym (resolving it first,
 // with the arguments kept across the call and the stack aligned for it).
-// Every other handle goes to fw_dlsym_handle with a jump. It starts with
+// Every other handle goes to fw_dlsym_handle with a jump, the caller's return
+// address as a third argument. It starts with
 // endbr64 where the library is built for CET (-fcf-protection).
 #if defined(__CET__)
 #define FW_DLSYM_ENDBR "endbr64\n"
@@ -185,7 +182,7 @@ dlsym:
 )" FW_DLSYM_ENDBR R"(
   lea 1(%rdi), %rax
   cmp $1, %rax
-  ja fw_dlsym_handle
+  ja 2f
   mov fw_next_dlsym(%rip), %rax
   test %rax, %rax
   jz 1f
@@ -205,6 +202,9 @@ dlsym:
   pop %rdi
   .cfi_adjust_cfa_offset -8
   jmp *%rax
+2:
+  mov (%rsp), %rdx
+  jmp fw_dlsym_handle
   .cfi_endproc
   .size dlsym, .-dlsym
   .popsection
