@@ -14,6 +14,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <malloc.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,8 +43,20 @@ int main(int argc, char** argv) {
     printf("dlsym_libc: dlopen(libc.so.6): %s\n", dlerror());
     return 1;
   }
-  static const char* const kAllocNames[] = {
-      "malloc", "free", "calloc", "realloc", "posix_memalign", "aligned_alloc", "malloc_usable_size", "malloc_trim"};
+  /* glibc's aligned_alloc, memalign and __libc_memalign are one function:
+   * each name must come back as its own. */
+  static const char* const kAllocNames[] = {"malloc",
+                                            "free",
+                                            "calloc",
+                                            "realloc",
+                                            "posix_memalign",
+                                            "aligned_alloc",
+                                            "memalign",
+                                            "__libc_memalign",
+                                            "__libc_malloc",
+                                            "__libc_free",
+                                            "malloc_usable_size",
+                                            "malloc_trim"};
   int differ = 0;
   for (unsigned i = 0; i < sizeof kAllocNames / sizeof kAllocNames[0]; i++) {
     dlerror();
@@ -78,6 +91,15 @@ int main(int argc, char** argv) {
       CHECK(p != NULL);
       free(p);
       if (g_failed) break;
+    }
+    /* memalign takes an alignment that is not a power of two (glibc rounds
+     * it up); aligned_alloc's would not. */
+    typedef void* (*MemalignFn)(size_t, size_t);
+    for (int k = 0; k < 2; k++) {
+      MemalignFn ma = (MemalignFn)dlsym(libc, k == 0 ? "memalign" : "__libc_memalign");
+      void* m = ma(24, 100);
+      CHECK(m != NULL && ((uintptr_t)m & 31) == 0);
+      free(m);
     }
     TrimFn trim = (TrimFn)dlsym(libc, "malloc_trim");
     const int r = trim(0);
