@@ -152,6 +152,10 @@ extern "C" FW_HIDDEN __attribute__((used)) void* fw_dlsym_handle(void* handle, c
   void* found = next(handle, name);
   if (found == nullptr || name == nullptr || fw::option(fw::Option::libc_dlsym) != 0) return found;
   if (!replaced_name(name) || !in_libc(found)) return found;
+  // A C library of another namespace (dlmopen) is that namespace's
+  // allocator: its own calls use it, not the base namespace's.
+  Lmid_t ns = LM_ID_BASE;
+  if (dlinfo(handle, RTLD_DI_LMID, &ns) != 0 || ns != LM_ID_BASE) return found;
   void* h = main_handle();
   void* process = h != nullptr ? next(h, name) : nullptr;
   if (process == nullptr || object_of(process) == object_of(caller)) process = next(RTLD_DEFAULT, name);

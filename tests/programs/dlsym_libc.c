@@ -101,6 +101,17 @@ int main(int argc, char** argv) {
       CHECK(m != NULL && ((uintptr_t)m & 31) == 0);
       free(m);
     }
+    /* The C library of another namespace (dlmopen) keeps its own malloc and
+     * free: its strdup allocates with them. */
+    void* other = dlmopen(LM_ID_NEWLM, "libc.so.6", RTLD_LAZY);
+    if (other == NULL) {
+      printf("dlsym_libc: dlmopen(LM_ID_NEWLM, libc.so.6) failed (%s): that case not checked\n", dlerror());
+    } else {
+      StrdupFn other_dup = (StrdupFn)dlsym(other, "strdup");
+      FreeFn other_free = (FreeFn)dlsym(other, "free");
+      CHECK(other_dup != NULL && other_free != NULL && other_free != handle_free);
+      for (int i = 0; other_dup && other_free && i < 1000; i++) other_free(other_dup("another namespace"));
+    }
     TrimFn trim = (TrimFn)dlsym(libc, "malloc_trim");
     const int r = trim(0);
     CHECK(r == 0 || r == 1);
