@@ -26,6 +26,7 @@
 #endif
 #if defined(__GLIBC__) && defined(__x86_64__)
 #include <dlfcn.h>
+#include <link.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -120,19 +121,13 @@ void* object_of(const void* p) {
   return dladdr(p, &info) != 0 ? info.dli_fbase : nullptr;
 }
 
-// The main program's handle: lookups through it search the global scope
-// (the program, the preloaded libraries, then the rest, in load order).
-// Invariant: once set it never changes (dlopen(NULL) is always the same).
-std::atomic<void*> g_main_handle{nullptr};
-
-void* main_handle() {
-  void* h = g_main_handle.load(std::memory_order_acquire);
-  if (h == nullptr) {
-    h = dlopen(nullptr, RTLD_LAZY);
-    g_main_handle.store(h, std::memory_order_release);
-  }
-  return h;
-}
+// The main program's handle, a link map (dlopen(NULL) returns the same):
+// lookups through it search the global scope (the program, the preloaded
+// libraries, then the rest, in load order). Read from the debugger's list
+// rather than asked of dlopen, which asserts when called while the loader is
+// mapping a library, and the loader's own malloc and free calls then can be
+// a wrapper's first lookup through a handle.
+void* main_handle() { return _r_debug.r_map; }
 
 }  // namespace
 
@@ -146,7 +141,9 @@ void* main_handle() {
 // Not when that binding is in the caller's own object: a wrapper that fetches
 // the C library's malloc through a handle would get itself back, and
 // recurse; it gets freeway's own instead (this library is linked -Bsymbolic,
-// so a global lookup from here finds its own definitions first).
+// so a global lookup from here finds its own definitions first). A wrapper
+// whose lookup a helper library of its own makes is not recognised, and
+// recurses (docs/design.md).
 extern "C" FW_HIDDEN __attribute__((used)) void* fw_dlsym_handle(void* handle, const char* name, void* caller) {
   DlsymFn next = fw_dlsym_next();
   void* found = next(handle, name);

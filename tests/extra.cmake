@@ -161,7 +161,8 @@ endif()
 # as Python's ctypes.CDLL("libc.so.6") looks names up: plain, under LD_PRELOAD
 # the handle's malloc and free are the process's and blocks cross both ways;
 # with FREEWAY_LIBC_DLSYM=1 they are the C library's own.
-if(FW_HAVE_GLIBC AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+# Not in a sanitizer build, whose libfreeway.so has no dlsym (CMakeLists.txt).
+if(FW_HAVE_GLIBC AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64" AND NOT CMAKE_CXX_FLAGS MATCHES "-fsanitize")
   add_executable(fw_dlsym_libc ${FW_TEST_PROGRAMS}/dlsym_libc.c)
   target_compile_options(fw_dlsym_libc PRIVATE ${FW_TEST_C_FLAGS})
   target_link_libraries(fw_dlsym_libc PRIVATE ${CMAKE_DL_LIBS})
