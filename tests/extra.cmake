@@ -124,17 +124,23 @@ set_tests_properties(preload.errno_nothp PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 
 # figures, under LD_PRELOAD and linked -static with libfreeway.a: before,
 # that link failed ("multiple definition of `malloc'", libc.a's malloc.o) for
 # a program that named any of them. No static link under a sanitizer.
+#
+# fw_preload_runs(test program script): builds tests/programs/<program>.c as
+# fw_<program> (not linked to freeway) and runs the shell commands `script`,
+# in which "$1" is the program and "$2" libfreeway.so.
+function(fw_preload_runs test program script)
+  add_executable(fw_${program} ${FW_TEST_PROGRAMS}/${program}.c)
+  target_compile_options(fw_${program} PRIVATE ${FW_TEST_C_FLAGS})
+  target_include_directories(fw_${program} PRIVATE ${PROJECT_SOURCE_DIR}/include)
+  target_link_libraries(fw_${program} PRIVATE ${CMAKE_DL_LIBS})
+  add_dependencies(fw_${program} freeway)
+  add_test(NAME ${test} COMMAND sh -c "${script}" sh $<TARGET_FILE:fw_${program}> $<TARGET_FILE:freeway>)
+  set_tests_properties(${test} PROPERTIES TIMEOUT 60 LABELS override)
+endfunction()
 check_symbol_exists(__GLIBC__ features.h FW_HAVE_GLIBC)
 if(FW_HAVE_GLIBC)
-  add_executable(fw_glibc_api ${FW_TEST_PROGRAMS}/glibc_api.c)
-  target_compile_options(fw_glibc_api PRIVATE ${FW_TEST_C_FLAGS})
-  target_include_directories(fw_glibc_api PRIVATE ${PROJECT_SOURCE_DIR}/include)
-  target_link_libraries(fw_glibc_api PRIVATE ${CMAKE_DL_LIBS})
-  add_dependencies(fw_glibc_api freeway)
-  add_test(NAME preload.glibc_api
-    COMMAND sh -c "\"$1\" glibc && LD_PRELOAD=\"$2\" \"$1\" freeway && FREEWAY_PERCPU=1 LD_PRELOAD=\"$2\" \"$1\" freeway" sh
-            $<TARGET_FILE:fw_glibc_api> $<TARGET_FILE:freeway>)
-  set_tests_properties(preload.glibc_api PROPERTIES TIMEOUT 60 LABELS override)
+  fw_preload_runs(preload.glibc_api glibc_api
+    "\"$1\" glibc && LD_PRELOAD=\"$2\" \"$1\" freeway && FREEWAY_PERCPU=1 LD_PRELOAD=\"$2\" \"$1\" freeway")
   # A -static link needs the C and C++ libraries' archives (Debian's libc6-dev
   # and libstdc++-dev have them; some distributions package them apart).
   include(CheckCXXSourceCompiles)
@@ -163,14 +169,8 @@ endif()
 # with FREEWAY_LIBC_DLSYM=1 they are the C library's own.
 # Not in a sanitizer build, whose libfreeway.so has no dlsym (CMakeLists.txt).
 if(FW_HAVE_GLIBC AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64" AND NOT CMAKE_CXX_FLAGS MATCHES "-fsanitize")
-  add_executable(fw_dlsym_libc ${FW_TEST_PROGRAMS}/dlsym_libc.c)
-  target_compile_options(fw_dlsym_libc PRIVATE ${FW_TEST_C_FLAGS})
-  target_link_libraries(fw_dlsym_libc PRIVATE ${CMAKE_DL_LIBS})
-  add_dependencies(fw_dlsym_libc freeway)
-  add_test(NAME preload.dlsym_libc
-    COMMAND sh -c "\"$1\" process && LD_PRELOAD=\"$2\" \"$1\" process && FREEWAY_LIBC_DLSYM=1 LD_PRELOAD=\"$2\" \"$1\" own" sh
-            $<TARGET_FILE:fw_dlsym_libc> $<TARGET_FILE:freeway>)
-  set_tests_properties(preload.dlsym_libc PROPERTIES TIMEOUT 60 LABELS override)
+  fw_preload_runs(preload.dlsym_libc dlsym_libc
+    "\"$1\" process && LD_PRELOAD=\"$2\" \"$1\" process && FREEWAY_LIBC_DLSYM=1 LD_PRELOAD=\"$2\" \"$1\" own")
 endif()
 
 # --- Install -----------------------------------------------------------------
