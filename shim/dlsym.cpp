@@ -98,28 +98,50 @@ constexpr const char* kNames[] = {"malloc",
                                   "__libc_mallinfo2",
                                   "__libc_mallopt",
                                   "__posix_memalign"};
+constexpr unsigned kNameCount = sizeof(kNames) / sizeof(kNames[0]);
 
-bool replaced_name(const char* name) {
-  for (const char* n : kNames)
-    if (n[0] == name[0] && std::strcmp(n, name) == 0) return true;
-  return false;
+// kNames' index of name, or -1.
+int replaced_name(const char* name) {
+  for (unsigned i = 0; i < kNameCount; i++)
+    if (kNames[i][0] == name[0] && std::strcmp(kNames[i], name) == 0) return int(i);
+  return -1;
 }
 
-// Whether p lies in the C library (libc.so.<n>). dladdr, unlike a lookup,
-// leaves dlerror() alone.
-bool in_libc(void* p) {
+// The object (its link map) that p lies in, or nullptr. _dl_find_object
+// (glibc 2.35) is a lookup in a sorted table; dladdr, before it, searches
+// the symbol tables too (5 us a call here). Neither touches dlerror().
+const void* object_of(void* p) {
+#if __GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35)
+  dl_find_object found;
+  return _dl_find_object(p, &found) == 0 ? found.dlfo_link_map : nullptr;
+#else
   Dl_info info;
-  if (dladdr(p, &info) == 0 || info.dli_fname == nullptr) return false;
-  const char* base = std::strrchr(info.dli_fname, '/');
-  base = base != nullptr ? base + 1 : info.dli_fname;
+  link_map* map = nullptr;
+  return dladdr1(p, &info, reinterpret_cast<void**>(&map), RTLD_DL_LINKMAP) != 0 ? map : nullptr;
+#endif
+}
+
+// Whether the object of link map m is the C library (libc.so.<n>).
+bool is_libc(const void* m) {
+  const char* path = m != nullptr ? static_cast<const link_map*>(m)->l_name : nullptr;
+  if (path == nullptr) return false;
+  const char* base = std::strrchr(path, '/');
+  base = base != nullptr ? base + 1 : path;
   return std::strncmp(base, "libc.so.", 8) == 0;
 }
 
-// The object that p lies in (its load address), or nullptr.
-void* object_of(const void* p) {
-  Dl_info info;
-  return dladdr(p, &info) != 0 ? info.dli_fbase : nullptr;
-}
+// For each name, once known: the C library's function that lookups found
+// (base namespace), the global scope's binding and the object it lies in.
+// Invariant: each field is written only with the one value it can have (the
+// C library and the global scope's bindings do not change), binding and
+// binding_object before libc_fn (release), so a reader that finds libc_fn
+// equal to its result (acquire) reads the other two set.
+struct Known {
+  std::atomic<void*> libc_fn;
+  std::atomic<void*> binding;
+  std::atomic<const void*> binding_object;
+};
+Known g_known[kNameCount];
 
 // The main program's handle, a link map (dlopen(NULL) returns the same):
 // lookups through it search the global scope (the program, the preloaded
@@ -148,14 +170,23 @@ extern "C" FW_HIDDEN __attribute__((used)) void* fw_dlsym_handle(void* handle, c
   DlsymFn next = fw_dlsym_next();
   void* found = next(handle, name);
   if (found == nullptr || name == nullptr || fw::option(fw::Option::libc_dlsym) != 0) return found;
-  if (!replaced_name(name) || !in_libc(found)) return found;
-  // A C library of another namespace (dlmopen) is that namespace's
-  // allocator: its own calls use it, not the base namespace's.
-  Lmid_t ns = LM_ID_BASE;
-  if (dlinfo(handle, RTLD_DI_LMID, &ns) != 0 || ns != LM_ID_BASE) return found;
-  void* h = main_handle();
-  void* process = h != nullptr ? next(h, name) : nullptr;
-  if (process == nullptr || object_of(process) == object_of(caller)) process = next(RTLD_DEFAULT, name);
+  const int i = replaced_name(name);
+  if (i < 0) return found;
+  Known& k = g_known[i];
+  if (k.libc_fn.load(std::memory_order_acquire) != found) {
+    if (!is_libc(object_of(found))) return found;
+    // A C library of another namespace (dlmopen) is that namespace's
+    // allocator: its own calls use it, not the base namespace's.
+    Lmid_t ns = LM_ID_BASE;
+    if (dlinfo(handle, RTLD_DI_LMID, &ns) != 0 || ns != LM_ID_BASE) return found;
+    void* binding = next(main_handle(), name);
+    if (binding == nullptr) return found;
+    k.binding.store(binding, std::memory_order_relaxed);
+    k.binding_object.store(object_of(binding), std::memory_order_relaxed);
+    k.libc_fn.store(found, std::memory_order_release);
+  }
+  void* process = k.binding.load(std::memory_order_relaxed);
+  if (k.binding_object.load(std::memory_order_relaxed) == object_of(caller)) process = next(RTLD_DEFAULT, name);
   if (process == nullptr || process == found) return found;
   if (fw::option(fw::Option::verbose) > 0)
     fw::Line().str("freeway: dlsym(handle, \"").str(name).str("\"): the process's, not the C library's own\n").write(2);
