@@ -22,6 +22,15 @@
 #define FW_HIDDEN __attribute__((visibility("hidden")))
 #endif
 
+// The first instruction of a function written in assembly that is reached by
+// an indirect jump (the PLT's), where the code is built for CET
+// (-fcf-protection): shim/deepbind.cpp's dlopen, shim/dlsym.cpp's dlsym.
+#if defined(__CET__)
+#define FW_ASM_ENDBR "endbr64\n"
+#else
+#define FW_ASM_ENDBR ""
+#endif
+
 // FREEWAY_HARDENING=0 compiles out the per-free checks of secure.h (only to
 // measure what they cost; the product always ships with them).
 #ifndef FREEWAY_HARDENING

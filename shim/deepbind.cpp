@@ -62,11 +62,6 @@ extern "C" FW_HIDDEN __attribute__((used)) int fw_dlopen_mode(const char* file, 
 // aligns the stack for it), then jumps with the new mode (esi). It starts with
 // endbr64 where the library is built for CET (-fcf-protection), since it is
 // reached by an indirect jump from the PLT.
-#if defined(__CET__)
-#define FW_DLOPEN_ENDBR "endbr64\n"
-#else
-#define FW_DLOPEN_ENDBR ""
-#endif
 asm(R"(
   .pushsection .text
   .globl dlopen
@@ -74,7 +69,7 @@ asm(R"(
   .p2align 4
 dlopen:
   .cfi_startproc
-)" FW_DLOPEN_ENDBR R"(
+)" FW_ASM_ENDBR R"(
   push %rdi
   .cfi_adjust_cfa_offset 8
   call fw_dlopen_mode

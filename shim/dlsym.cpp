@@ -199,11 +199,6 @@ extern "C" FW_HIDDEN __attribute__((used)) void* fw_dlsym_handle(void* handle, c
 // Every other handle goes to fw_dlsym_handle with a jump, the caller's return
 // address as a third argument. It starts with
 // endbr64 where the library is built for CET (-fcf-protection).
-#if defined(__CET__)
-#define FW_DLSYM_ENDBR "endbr64\n"
-#else
-#define FW_DLSYM_ENDBR ""
-#endif
 asm(R"(
   .pushsection .text
   .globl dlsym
@@ -211,7 +206,7 @@ asm(R"(
   .p2align 4
 dlsym:
   .cfi_startproc
-)" FW_DLSYM_ENDBR R"(
+)" FW_ASM_ENDBR R"(
   lea 1(%rdi), %rax
   cmp $1, %rax
   ja 2f

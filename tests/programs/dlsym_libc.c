@@ -18,14 +18,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static int g_failed;
-#define CHECK(cond)                                                       \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
-      printf("dlsym_libc: line %d: check failed: %s\n", __LINE__, #cond); \
-      g_failed = 1;                                                       \
-    }                                                                     \
-  } while (0)
+#define FW_CHECK_PROGRAM "dlsym_libc"
+#include "check.h"
 
 typedef void* (*MallocFn)(size_t);
 typedef void (*FreeFn)(void*);

@@ -45,14 +45,8 @@ struct mallinfo2 __libc_mallinfo2(void);
 #define FREEWAY_ONLY(name) dlsym(RTLD_DEFAULT, #name)
 #endif
 
-static int g_failed;
-#define CHECK(cond)                                                      \
-  do {                                                                   \
-    if (!(cond)) {                                                       \
-      printf("glibc_api: line %d: check failed: %s\n", __LINE__, #cond); \
-      g_failed = 1;                                                      \
-    }                                                                    \
-  } while (0)
+#define FW_CHECK_PROGRAM "glibc_api"
+#include "check.h"
 
 static int (*p_fw_owns)(const void*);
 static void (*p_fw_stats)(fw_stats_t*);
