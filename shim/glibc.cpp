@@ -55,27 +55,21 @@ struct mallinfo {
 
 namespace {
 
-struct Summary {
-  uint64_t in_use_small, large_count, large_bytes, arena, peak_committed, reserved;
+// The figures glibc's fields need that fw_stats_t does not hold as such
+// (the formulas above).
+struct Derived {
+  uint64_t in_use_small, large_count, arena, free_in_arena;
 };
 
-Summary summarise(const fw_stats_t& s) {
-  Summary m{};
-  m.large_bytes = s.large_live_bytes;
+Derived derive(const fw_stats_t& s) {
+  Derived d{};
   // The two counts are read apart: a free between them can make frees the larger.
-  m.large_count = s.large_allocs > s.large_frees ? s.large_allocs - s.large_frees : 0;
-  m.in_use_small = s.live_bytes > s.large_live_bytes ? s.live_bytes - s.large_live_bytes : 0;
-  const uint64_t small_committed = s.committed_bytes > m.large_bytes ? s.committed_bytes - m.large_bytes : 0;
-  m.arena = small_committed > m.in_use_small ? small_committed : m.in_use_small;
-  m.peak_committed = s.peak_committed_bytes;
-  m.reserved = s.reserved_bytes;
-  return m;
-}
-
-Summary summary_now() {
-  fw_stats_t s;
-  fw_stats(&s);
-  return summarise(s);
+  d.large_count = s.large_allocs > s.large_frees ? s.large_allocs - s.large_frees : 0;
+  d.in_use_small = s.live_bytes > s.large_live_bytes ? s.live_bytes - s.large_live_bytes : 0;
+  const uint64_t small_committed = s.committed_bytes > s.large_live_bytes ? s.committed_bytes - s.large_live_bytes : 0;
+  d.arena = small_committed > d.in_use_small ? small_committed : d.in_use_small;
+  d.free_in_arena = d.arena - d.in_use_small;
+  return d;
 }
 
 // glibc's mallinfo wraps fields above INT_MAX; these stop there.
@@ -115,13 +109,15 @@ FW_GLIBC_API int malloc_trim(size_t pad) {
 }
 
 FW_GLIBC_API struct mallinfo2 mallinfo2(void) {
-  const Summary m = summary_now();
+  fw_stats_t s;
+  fw_stats(&s);
+  const Derived d = derive(s);
   struct mallinfo2 out {};
-  out.arena = m.arena;
-  out.hblks = m.large_count;
-  out.hblkhd = m.large_bytes;
-  out.uordblks = m.in_use_small;
-  out.fordblks = m.arena - m.in_use_small;
+  out.arena = d.arena;
+  out.hblks = d.large_count;
+  out.hblkhd = s.large_live_bytes;
+  out.uordblks = d.in_use_small;
+  out.fordblks = d.free_in_arena;
   return out;
 }
 
@@ -158,17 +154,17 @@ FW_GLIBC_API int malloc_info(int options, FILE* fp) {
   if (options != 0) return EINVAL;
   fw_stats_t s;
   fw_stats(&s);
-  const Summary m = summarise(s);
+  const Derived d = derive(s);
   const auto u = [](uint64_t v) { return static_cast<unsigned long long>(v); };
   fprintf(fp, "<malloc version=\"1\" allocator=\"freeway\">\n");
   fprintf(fp, "<total type=\"fast\" count=\"0\" size=\"0\"/>\n");
-  fprintf(fp, "<total type=\"rest\" count=\"0\" size=\"%llu\"/>\n", u(m.arena - m.in_use_small));
-  fprintf(fp, "<total type=\"mmap\" count=\"%llu\" size=\"%llu\"/>\n", u(m.large_count), u(m.large_bytes));
+  fprintf(fp, "<total type=\"rest\" count=\"0\" size=\"%llu\"/>\n", u(d.free_in_arena));
+  fprintf(fp, "<total type=\"mmap\" count=\"%llu\" size=\"%llu\"/>\n", u(d.large_count), u(s.large_live_bytes));
   // As glibc's: "current" and "aspace" without the large blocks, which "mmap" counts.
-  fprintf(fp, "<system type=\"current\" size=\"%llu\"/>\n", u(m.arena));
-  fprintf(fp, "<system type=\"max\" size=\"%llu\"/>\n", u(m.peak_committed));
-  fprintf(fp, "<aspace type=\"total\" size=\"%llu\"/>\n", u(m.reserved));
-  fprintf(fp, "<aspace type=\"mprotect\" size=\"%llu\"/>\n", u(m.arena));
+  fprintf(fp, "<system type=\"current\" size=\"%llu\"/>\n", u(d.arena));
+  fprintf(fp, "<system type=\"max\" size=\"%llu\"/>\n", u(s.peak_committed_bytes));
+  fprintf(fp, "<aspace type=\"total\" size=\"%llu\"/>\n", u(s.reserved_bytes));
+  fprintf(fp, "<aspace type=\"mprotect\" size=\"%llu\"/>\n", u(d.arena));
 #define FW_STAT_XML(field, doc) fprintf(fp, "<stat name=\"%s\" value=\"%llu\"/>\n", #field, u(s.field));
   FW_STAT_FIELDS(FW_STAT_XML)
 #undef FW_STAT_XML
