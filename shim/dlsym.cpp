@@ -67,7 +67,8 @@ extern "C" FW_HIDDEN __attribute__((used)) DlsymFn fw_dlsym_next() {
 namespace {
 
 // The names of the C library's allocator that freeway replaces (override.cpp,
-// glibc.cpp).
+// glibc.cpp). preload.dlsym_libc looks up through the C library's handle
+// every function libfreeway.so defines, and fails on one this list lacks.
 constexpr const char* kNames[] = {"malloc",
                                   "free",
                                   "calloc",

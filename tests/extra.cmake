@@ -19,7 +19,9 @@
 #                       mallopt, malloc_info, malloc_stats and __libc_ names,
 #                       plain, preloaded and linked -static with libfreeway.a
 #   preload.dlsym_libc  dlsym through libc.so.6's handle (ctypes.CDLL) finds
-#                       the process's malloc and free, not glibc's own
+#                       the process's malloc and free, not glibc's own; and so
+#                       for every other function libfreeway.so defines that
+#                       the C library has
 #   install.consumers   cmake --install, then pkg-config, CMake find_package
 #                       and static-link consumers of the installed copy
 #   install.multiarch_libdir  the same for a build with CMAKE_INSTALL_PREFIX=/usr
@@ -169,8 +171,9 @@ endif()
 # with FREEWAY_LIBC_DLSYM=1 they are the C library's own.
 # Not in a sanitizer build, whose libfreeway.so has no dlsym (CMakeLists.txt).
 if(FW_HAVE_GLIBC AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64" AND NOT CMAKE_CXX_FLAGS MATCHES "-fsanitize")
+  # The names mode gets every function libfreeway.so defines (nm).
   fw_preload_runs(preload.dlsym_libc dlsym_libc
-    "\"$1\" process && LD_PRELOAD=\"$2\" \"$1\" process && FREEWAY_LIBC_DLSYM=1 LD_PRELOAD=\"$2\" \"$1\" own")
+    "\"$1\" process && LD_PRELOAD=\"$2\" \"$1\" process && FREEWAY_LIBC_DLSYM=1 LD_PRELOAD=\"$2\" \"$1\" own && LD_PRELOAD=\"$2\" \"$1\" names $(\"${CMAKE_NM}\" -D --defined-only \"$2\" | awk '$2 == \"T\" || $2 == \"W\" || $2 == \"i\" { print $3 }' | sed 's/@.*//')")
 endif()
 
 # --- Install -----------------------------------------------------------------

@@ -7,6 +7,13 @@
  *                       the handle's free, and the handle's malloc to free
  *   dlsym_libc own      the C library's own functions, which differ from the
  *                       process's (run under LD_PRELOAD with FREEWAY_LIBC_DLSYM=1)
+ *   dlsym_libc names N...  of the names given (every function the preloaded
+ *                       library defines), each that the C library's handle
+ *                       finds is the process's: a name the allocator gains
+ *                       but shim/dlsym.cpp's list lacks fails here. dlopen and
+ *                       dlsym are left out: the preloaded library defines
+ *                       them for other reasons, and through the handle they
+ *                       stay the C library's.
  *
  * Both modes also check that other names are the C library's, that a failed
  * lookup still fails with a dlerror() message, and that a successful one
@@ -26,9 +33,27 @@ typedef void (*FreeFn)(void*);
 typedef char* (*StrdupFn)(const char*);
 typedef int (*TrimFn)(size_t);
 
+/* The names mode (above): how many of them libc.so.6's handle finds, each
+ * checked. */
+static int check_names(void* libc, int count, char** names) {
+  int found = 0;
+  for (int i = 0; i < count; i++) {
+    if (strcmp(names[i], "dlopen") == 0 || strcmp(names[i], "dlsym") == 0) continue;
+    void* through_handle = dlsym(libc, names[i]);
+    if (through_handle == NULL) continue; /* not the C library's: freeway's API, C++ operators */
+    found++;
+    if (through_handle != dlsym(RTLD_DEFAULT, names[i])) {
+      printf("dlsym_libc: %s through libc.so.6's handle is the C library's own\n", names[i]);
+      g_failed = 1;
+    }
+  }
+  return found;
+}
+
 int main(int argc, char** argv) {
-  if (argc != 2 || (strcmp(argv[1], "process") != 0 && strcmp(argv[1], "own") != 0)) {
-    fprintf(stderr, "usage: %s process|own\n", argv[0]);
+  const int names = argc >= 2 && strcmp(argv[1], "names") == 0;
+  if (!names && (argc != 2 || (strcmp(argv[1], "process") != 0 && strcmp(argv[1], "own") != 0))) {
+    fprintf(stderr, "usage: %s process|own|names NAME...\n", argv[0]);
     return 2;
   }
   const int process = strcmp(argv[1], "process") == 0;
@@ -36,6 +61,13 @@ int main(int argc, char** argv) {
   if (libc == NULL) {
     printf("dlsym_libc: dlopen(libc.so.6): %s\n", dlerror());
     return 1;
+  }
+  if (names) {
+    /* At least malloc and free: a list that lost them checks nothing. */
+    const int found = check_names(libc, argc - 2, argv + 2);
+    CHECK(found >= 2);
+    if (!g_failed) printf("dlsym_libc names: %d names of the C library's checked\n", found);
+    return g_failed;
   }
   /* glibc's aligned_alloc, memalign and __libc_memalign are one function:
    * each name must come back as its own. */
