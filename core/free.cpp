@@ -83,16 +83,15 @@ void free_foreign(void* p) {
 // Secure mode (secure_heap.h): checks block p of span d and fills it, then
 // puts it in the quarantine of `mine` (the thread's LAB, or a placeholder:
 // then none). Returns the block to free now (checked and canaried already),
-// or nullptr.
+// or nullptr; the caller then frees what quarantine_over returns.
 void* secure_quarantine(Lab* mine, void* p, const Span* d) {
   secure_requested(p, d);  // checks the block and its tail canary
   set_canary(p);
-  secure_fill(p, d->block_size.load(std::memory_order_relaxed));
+  const uint32_t bs = d->block_size.load(std::memory_order_relaxed);
+  secure_fill(p, bs);
   if (is_placeholder(mine)) return p;
   secure_fill_link(p);
-  void* out = quarantine_swap(mine, p);
-  if (out != nullptr) secure_check_quarantined(out, quarantined_span(out)->block_size.load(std::memory_order_relaxed));
-  return out;
+  return quarantine_swap(mine, p, bs);
 }
 
 // Frees block p of small span d for the thread whose LAB is `mine` (or a
@@ -130,8 +129,11 @@ void free_with(Lab* mine, void* p, Span* d, bool checked) {
   if (state == kHot || state == kFull || state == kPartial) {
     if (!secure_mode()) {
       free_small(mine, p, d, checked);
-    } else if (void* out = secure_quarantine(mine, p, d)) {
-      free_small(mine, out, quarantined_span(out), true);
+    } else {
+      if (void* out = secure_quarantine(mine, p, d)) free_small(mine, out, quarantined_span(out), true);
+      if (!is_placeholder(mine)) {
+        while (void* over = quarantine_over(mine)) free_small(mine, over, quarantined_span(over), true);
+      }
     }
   } else if (state == kLarge || state == kLargeTail || state == kHuge) {
     large_free(p, d);

@@ -1008,6 +1008,7 @@ void lab_flush_quarantine(Lab* lab) {
     secure_check_quarantined(p, d->block_size.load(std::memory_order_relaxed));
     lab_free_block(lab, p, d);
   }
+  lab->quarantine_bytes = 0;
 }
 
 Lab* lab_first() { return g_lab_all.load(std::memory_order_acquire); }
@@ -1080,6 +1081,14 @@ bool lab_is_valid(const Lab* lab) {
       ok = report_invariant("lab: a pending chain's class mask lacks its bit", c);
   if (bytes != lab->pending_bytes || bytes > lab->pending_budget)
     ok = report_invariant("lab: pending chains hold other than their byte count, or over the budget", uint32_t(bytes));
+  uint64_t quarantined = 0;  // secure mode (lab.h): the quarantine's block sizes
+  for (const void* q : lab->quarantine) {
+    const Span* d = q != nullptr ? span_of(q) : nullptr;
+    if (d != nullptr) quarantined += d->block_size.load(std::memory_order_relaxed);
+    if (q != nullptr && d == nullptr) ok = report_invariant("lab: a quarantined block outside the heap", 0);
+  }
+  if (quarantined != lab->quarantine_bytes || quarantined > kLabQuarantineBytes)
+    ok = report_invariant("lab: the quarantine holds other than its byte count, or over its bound", quarantined);
   if (lab->pending_budget < kPendingBudget || lab->pending_budget > kPendingBudgetMax ||
       (lab->pending_budget != kPendingBudget && !grows_chains(lab)))
     ok = report_invariant("lab: pending budget out of range, or grown in a LAB that grows none", lab->pending_budget);

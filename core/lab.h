@@ -110,6 +110,8 @@ namespace fw {
 enum LabKind : uint32_t { kLabIdle = 0, kLabThread = 1, kLabTransient = 2, kLabCpu = 3, kLabParked = 4 };
 
 constexpr unsigned kLabQuarantine = 256;  // secure mode: freed blocks a thread holds back (secure_heap.h)
+// ... and the most bytes they may hold, in blocks' sizes (secure_heap.h).
+constexpr uint64_t kLabQuarantineBytes = 1u << 20;
 
 // Parking. A thread that hands its blocks to a successor and exits (a server
 // that replaces its workers; Larson) would otherwise release its spans at
@@ -490,8 +492,11 @@ struct Lab {
   // Secure mode only (secure_heap.h), written by the holder alone: blocks its
   // thread freed that are not reusable yet, and the state of the generator
   // that picks their slots. Empty whenever the LAB is idle. Last, so that the
-  // default mode never touches these pages.
+  // default mode never touches these pages. quarantine_bytes is the sum of
+  // the block sizes of the blocks in quarantine[], at most
+  // kLabQuarantineBytes whenever a free returns.
   uint64_t quarantine_rng;
+  uint64_t quarantine_bytes;
   void* quarantine[kLabQuarantine];
 };
 

@@ -147,19 +147,48 @@ void secure_check_quarantined(const void* p, uint32_t bs) {
     report_misuse("write after free", p);
 }
 
-void* quarantine_swap(Lab* lab, void* p) {
-  // xorshift64 seeded from the secret key, so which block leaves next cannot
-  // be told from outside; a multiply spreads its bits over the slot index.
+namespace {
+// The next random slot of lab's quarantine: xorshift64 seeded from the
+// secret key, so which block leaves next cannot be told from outside; a
+// multiply spreads its bits over the slot index.
+void*& random_slot(Lab* lab, const void* p) {
   uint64_t x = lab->quarantine_rng;
   if (x == 0) x = mix64(key() ^ (uint64_t(lab->id) << 32) ^ reinterpret_cast<uintptr_t>(p)) | 1;
   x ^= x << 13;
   x ^= x >> 7;
   x ^= x << 17;
   lab->quarantine_rng = x;
-  void*& slot = lab->quarantine[(x * 0x9e3779b97f4a7c15ull) >> 56 & (kLabQuarantine - 1)];
+  return lab->quarantine[(x * 0x9e3779b97f4a7c15ull) >> 56 & (kLabQuarantine - 1)];
+}
+
+// A block leaving lab's quarantine: checked, and its size taken off.
+void* leave_quarantine(Lab* lab, void* out) {
+  const uint32_t bs = quarantined_span(out)->block_size.load(std::memory_order_relaxed);
+  secure_check_quarantined(out, bs);
+  lab->quarantine_bytes -= bs;
+  return out;
+}
+}  // namespace
+
+void* quarantine_swap(Lab* lab, void* p, uint32_t bs) {
+  void*& slot = random_slot(lab, p);
   void* out = slot;
   slot = p;
-  return out;
+  lab->quarantine_bytes += bs;
+  return out != nullptr ? leave_quarantine(lab, out) : nullptr;
+}
+
+void* quarantine_over(Lab* lab) {
+  while (lab->quarantine_bytes > kLabQuarantineBytes) {
+    // Random slots until one holds a block (they hold more than 1 MiB, so
+    // at least 8 of the 256 do: kSmallMax is 128 KiB).
+    void*& slot = random_slot(lab, lab);
+    if (void* out = slot) {
+      slot = nullptr;
+      return leave_quarantine(lab, out);
+    }
+  }
+  return nullptr;
 }
 
 }  // namespace fw

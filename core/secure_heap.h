@@ -20,7 +20,13 @@
 //    quarantine (kLabQuarantine slots in its LAB, lab.h) and really frees the
 //    block it displaces, so a freed block is reused only after a random number
 //    of that thread's later frees (about kLabQuarantine on average), never by
-//    the next malloc, and which address comes back is not predictable. Being
+//    the next malloc, and which address comes back is not predictable. The
+//    blocks a quarantine holds add up to kLabQuarantineBytes (1 MiB) at most:
+//    past it, free really frees blocks of other random slots too, until they
+//    fit. So blocks of up to 4 KiB wait about kLabQuarantine frees, bigger
+//    ones fewer, and a thread holds at most 1 MiB back (with 256 slots alone,
+//    up to 32 MiB of 128 KiB blocks: 40 threads freeing 48 KiB blocks held
+//    286 MiB, docs/benchmarks.md, Stop 93). Being
 //    per thread, it adds no shared write to free: the displaced block is
 //    usually the thread's own, freed locally. A double free of a quarantined
 //    block is still caught (its free canary is set). A thread's quarantine is
@@ -85,8 +91,13 @@ void* zero_alloc();
 bool zero_owns(const void* p);
 void zero_free(void* p);
 
-// Puts p (checked, canaried, filled) in lab's quarantine and returns the block
-// it displaces, to be freed now, or nullptr. Only lab's holder calls it.
-void* quarantine_swap(Lab* lab, void* p);
+// Puts p (checked, canaried, filled; block size bs) in lab's quarantine and
+// returns the block it displaces, to be freed now, or nullptr. Only lab's
+// holder calls it.
+void* quarantine_swap(Lab* lab, void* p, uint32_t bs);
+// While lab's quarantine holds more than kLabQuarantineBytes: takes the block
+// of another random slot out and returns it, to be freed now; nullptr once
+// they fit. Only lab's holder calls it.
+void* quarantine_over(Lab* lab);
 
 }  // namespace fw

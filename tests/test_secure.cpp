@@ -317,6 +317,33 @@ TEST_CASE("secure: the freed block is never the next one handed out, and blocks 
   CHECK(same * 4 < reused);
 }
 
+TEST_CASE("secure: a thread's quarantine holds at most 1 MiB of blocks, whatever their size") {
+  // 256 slots of 64 KiB blocks would hold 16 MiB back: past the byte bound,
+  // free frees other slots' blocks too (secure_heap.h).
+  fw_collect();
+  fw_stats_t before;
+  fw_stats(&before);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 300; i++) blocks.push_back(fw_malloc(64 * 1024));
+  for (void* b : blocks) fw_free(b);
+  fw_stats_t after;
+  fw_stats(&after);
+  CHECK(after.live_bytes <= before.live_bytes + (1u << 20) + 64 * 1024);  // the bound, 1 MiB, and the block freed last
+  CHECK(after.live_bytes > before.live_bytes);                            // blocks are still quarantined
+  CHECK(fw_check_heap() == 0);
+  // Small blocks keep the 256 slots: after 2,000 frees of 1 KiB blocks into
+  // random slots, nearly all of them are full (each empty with odds of
+  // (255/256)^2000, 0.04%), and 256 such blocks fit the bound.
+  fw_collect();
+  fw_stats(&before);
+  blocks.clear();
+  for (int i = 0; i < 2000; i++) blocks.push_back(fw_malloc(1000));
+  for (void* b : blocks) fw_free(b);
+  fw_stats(&after);
+  CHECK(after.live_bytes >= before.live_bytes + 240 * 1000);
+  fw_collect();
+}
+
 TEST_CASE("secure: fw_collect gives the calling thread's pending frees to their spans") {
   // Enough blocks that most of them sit in spans the thread no longer owns:
   // freeing every other one fills the quarantine, whose blocks then go to
