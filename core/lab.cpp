@@ -1083,9 +1083,11 @@ bool lab_is_valid(const Lab* lab) {
     ok = report_invariant("lab: pending chains hold other than their byte count, or over the budget", uint32_t(bytes));
   uint64_t quarantined = 0;  // secure mode (lab.h): the quarantine's block sizes
   for (const void* q : lab->quarantine) {
-    const Span* d = q != nullptr ? span_of(q) : nullptr;
-    if (d != nullptr) quarantined += d->block_size.load(std::memory_order_relaxed);
-    if (q != nullptr && d == nullptr) ok = report_invariant("lab: a quarantined block outside the heap", 0);
+    if (q == nullptr) continue;
+    if (const Span* d = span_of(q))
+      quarantined += d->block_size.load(std::memory_order_relaxed);
+    else
+      ok = report_invariant("lab: a quarantined block outside the heap", 0);
   }
   if (quarantined != lab->quarantine_bytes || quarantined > kLabQuarantineBytes)
     ok = report_invariant("lab: the quarantine holds other than its byte count, or over its bound", quarantined);
