@@ -173,6 +173,7 @@ void* large_alloc(size_t size, size_t align, bool zero, size_t room) {
     pool_give(head, n);
     return nullptr;
   }
+  if (bytes > before) pool_pay_fresh(n, bytes - before);
   head->offset.store(uint32_t(p - base), std::memory_order_relaxed);
   head->large_size.store(bytes - (p - base), std::memory_order_relaxed);
   head->run_len.store(n, std::memory_order_relaxed);

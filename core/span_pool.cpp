@@ -497,6 +497,27 @@ std::atomic<bool> g_purging{false};
 // thread killed there.
 std::atomic<uint32_t> g_purge_rest{kNoIndex};
 
+// A purge pass's look at the spans and runs it popped off one stack (`chain`,
+// through pool_next, published in g_purge_rest): `visit` sees each one with
+// pages (and may give them back); then each goes back, one that kept its
+// pages to the stack it came from (`from`, for a single span), so that a pass
+// looks at no span twice (a run's stack follows from its length and pages:
+// the same). g_purge_rest, published before each push, lets a fork's child
+// push back what a pass held (pool_after_fork_child). The caller holds
+// g_purging.
+template <class Visit>
+void visit_held(uint32_t chain, SpanStack* from, Visit& visit) {
+  for (uint32_t i = chain; i != kNoIndex; i = span_at(i)->pool_next.load(std::memory_order_relaxed))
+    if (span_at(i)->committed.load(std::memory_order_relaxed) != 0) visit(span_at(i));
+  while (chain != kNoIndex) {
+    Span* s = span_at(chain);
+    chain = s->pool_next.load(std::memory_order_relaxed);
+    g_purge_rest.store(chain, std::memory_order_relaxed);  // before s goes back: never pushed twice
+    const bool kept = s->committed.load(std::memory_order_relaxed) != 0;
+    push_free(s, s->run_len.load(std::memory_order_relaxed), kept ? from : nullptr);
+  }
+}
+
 // Gives back the pages of every pooled span and run that came in with them
 // `delay` ms or more before `now`, and then, oldest first, of as many more as
 // it takes to give back `need` bytes in all; returns the bytes it gave back.
@@ -519,30 +540,15 @@ uint64_t purge(uint64_t now, uint64_t delay, uint64_t need) {
   // while it gave back pages, a pass made every take meanwhile reserve and
   // commit fresh vspans: mimalloc's test-stress with 128 threads took 1,224
   // of its 3,739 fresh spans during passes, and its committed peak doubled.)
-  // `visit` sees each span with pages (and may give them back); then each
-  // goes back, one that kept its pages to the stack it came from, so that a
-  // pass looks at no span twice (a run's stack follows from its length and
-  // pages: the same). g_purge_rest, published before each push, lets a fork's
-  // child push back what a pass held (pool_after_fork_child).
-  // `done` ends a pass early (before the next stack).
+  // Each stack's spans are looked at and pushed back by visit_held; `done`
+  // ends a pass early (before the next stack).
   auto pass = [](auto visit, auto done) {
-    auto one = [&visit](uint32_t chain, SpanStack* from) {
-      for (uint32_t i = chain; i != kNoIndex; i = span_at(i)->pool_next.load(std::memory_order_relaxed))
-        if (span_at(i)->committed.load(std::memory_order_relaxed) != 0) visit(span_at(i));
-      while (chain != kNoIndex) {
-        Span* s = span_at(chain);
-        chain = s->pool_next.load(std::memory_order_relaxed);
-        g_purge_rest.store(chain, std::memory_order_relaxed);  // before s goes back: never pushed twice
-        const bool kept = s->committed.load(std::memory_order_relaxed) != 0;
-        push_free(s, s->run_len.load(std::memory_order_relaxed), kept ? from : nullptr);
-      }
-    };
     // tier 0 holds no pages; the last-run slots' runs last, so that the
     // stacks they go to are not looked at again
     for_each_stack(1, [&](SpanStack& st) {
-      if (!done()) one(grab(st, kNoIndex, &g_purge_rest), &st);
+      if (!done()) visit_held(grab(st, kNoIndex, &g_purge_rest), &st, visit);
     });
-    if (!done()) one(grab_last_runs(kNoIndex, &g_purge_rest), nullptr);
+    if (!done()) visit_held(grab_last_runs(kNoIndex, &g_purge_rest), nullptr, visit);
   };
   // Everything that waited longer than the delay, and the ages of the rest.
   pass(
@@ -611,6 +617,44 @@ static bool free_above(uint32_t i) {
   return end % kVspansPerRegion != 0 &&
          Anchor::unpack(span_at(end)->anchor.load(std::memory_order_relaxed)).state == kFree;
 }
+
+// Stranded pages (span_pool.h, pool_pay_fresh): of the warm runs of a big
+// block's length (more than kBigRunVspans) but shorter than n, in either
+// frontier (a big block takes the spans' frontier's runs too when its own has
+// none), those below a block in use (not free_above) give back the last of
+// their pages (a run's pages stay a prefix), until `need` bytes are given back
+// or none is left. It skips the work when another pass runs (a pass holds the
+// stacks it looks at) and while a cycle's footprint holds the bound
+// (give_bound: the program has faulted back pages a pass gave back, so it
+// reuses what it keeps). Returns the bytes given back.
+static uint64_t pay_with_stranded(uint32_t n, uint64_t need) {
+  if (g_retained.load(std::memory_order_relaxed) == 0 || decay_ms() == 0) return 0;
+  const uint64_t now = now_ms();
+  if (g_footprint.load(std::memory_order_relaxed) != 0 &&
+      now - g_footprint_at.load(std::memory_order_relaxed) <= decay_ms())
+    return 0;
+  if (!claim_purge()) return 0;
+  uint64_t gave = 0;
+  auto visit = [n, &need, &gave](Span* s) {
+    const uint32_t len = s->run_len.load(std::memory_order_relaxed);
+    if (need == 0 || len <= kBigRunVspans || len >= n || free_above(span_index(s))) return;
+    const uint64_t c = s->committed.load(std::memory_order_relaxed), part = c < need ? c : need;
+    span_trim(s, c - part);
+    need -= part;
+    gave += part;
+  };
+  for (unsigned f = 0; f < kFrontiers && need > 0; f++) {
+    if (!has_runs(f)) continue;
+    for (uint32_t m = kBigRunVspans + 1; m <= kExactRuns && m < n && need > 0; m++)
+      visit_held(grab(g_exact[f][1][m], kNoIndex, &g_purge_rest), nullptr, visit);
+    for (unsigned k = 6; k < kLogRuns && (1u << k) < n && need > 0; k++)
+      visit_held(grab(g_log[f][1][k], kNoIndex, &g_purge_rest), nullptr, visit);
+  }
+  end_purge();
+  return gave;
+}
+
+uint64_t pool_pay_fresh(uint32_t n, uint64_t bytes) { return n > kBigRunVspans ? pay_with_stranded(n, bytes) : 0; }
 
 // Pops up to five runs off the top of st and keeps the one that scores
 // highest (score(i) < 0: not wanted), stopping at the first whose score

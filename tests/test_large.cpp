@@ -63,6 +63,51 @@ TEST_CASE("a freed large run is reused for the next large block of that length")
   fw_free(b);
 }
 
+TEST_CASE(
+    "a big block that faults in fresh pages gives back as many of a freed big run's below a block in use, "
+    "which it can neither use nor grow over (pool_pay_fresh)") {
+  constexpr size_t kMiB = size_t(1) << 20;
+  std::vector<void*> held;
+  fw_collect();  // no pages pooled from earlier tests (one process runs them all in per_thread.test_large)
+  // a (a run of 192 vspans, 48 MiB), then b right above it, so that a's run,
+  // once freed, cannot grow. (Should a pooled run serve b, hold it and try again.)
+  char* a = static_cast<char*>(fw_malloc(40 * kMiB));
+  REQUIRE(a != nullptr);
+  const uint32_t ai = span_index(span_of(a)), a_len = span_of(a)->run_len.load();
+  char* b = nullptr;
+  for (int i = 0; i < 16 && b == nullptr; i++) {
+    char* t = static_cast<char*>(fw_malloc(50 * kMiB));
+    REQUIRE(t != nullptr);
+    if (span_index(span_of(t)) == ai + a_len)
+      b = t;
+    else
+      held.push_back(t);
+  }
+  REQUIRE(b != nullptr);
+  std::memset(a, 1, 40 * kMiB);
+  std::memset(b, 2, 50 * kMiB);
+  fw_free(a);
+  REQUIRE(span_at(ai)->committed.load() == 40 * kMiB);  // kept with its pages
+  const uint64_t committed = committed_bytes();
+  // c is longer than a's run: fresh pages, and a's pay for them.
+  char* c = static_cast<char*>(fw_malloc(50 * kMiB));
+  REQUIRE(c != nullptr);
+  CHECK(span_index(span_of(c)) != ai);
+  INFO("committed before c: ", committed >> 20, " MiB, after: ", committed_bytes() >> 20, " MiB");
+  CHECK(committed_bytes() <= committed + 10 * kMiB);
+  CHECK(span_at(ai)->committed.load() == 0);
+  CHECK(pool_is_valid());
+  // a's run still serves a block of its length.
+  char* d = static_cast<char*>(fw_malloc(40 * kMiB));
+  CHECK(d == a);
+  fw_free(d);
+  fw_free(c);
+  fw_free(b);
+  for (void* h : held) fw_free(h);
+  CHECK(large_stats().live_spans == 0);
+  CHECK(pool_is_valid());
+}
+
 TEST_CASE("large calloc reads zero after the run held dirty data") {
   size_t n = 2 * kVspanSize + 4096;
   char* p = static_cast<char*>(fw_malloc(n));
