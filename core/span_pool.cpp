@@ -627,17 +627,20 @@ static bool free_above(uint32_t i) {
 // stacks it looks at) and while a cycle's footprint holds the bound
 // (give_bound: the program has faulted back pages a pass gave back, so it
 // reuses what it keeps). Returns the bytes given back.
+static_assert(kBigRunVspans < kExactRuns, "pay_with_stranded's stacks: exact lengths past kBigRunVspans, then g_log");
 static uint64_t pay_with_stranded(uint32_t n, uint64_t need) {
-  if (g_retained.load(std::memory_order_relaxed) == 0 || decay_ms() == 0) return 0;
-  const uint64_t now = now_ms();
+  const uint64_t delay = decay_ms();
+  if (g_retained.load(std::memory_order_relaxed) == 0 || delay == 0) return 0;
   if (g_footprint.load(std::memory_order_relaxed) != 0 &&
-      now - g_footprint_at.load(std::memory_order_relaxed) <= decay_ms())
+      now_ms() - g_footprint_at.load(std::memory_order_relaxed) <= delay)
     return 0;
   if (!claim_purge()) return 0;
   uint64_t gave = 0;
+  // The stacks below hold runs longer than kBigRunVspans only (exact lengths
+  // from kBigRunVspans + 1, power-of-two levels from 64); a level may hold runs
+  // of n or more.
   auto visit = [n, &need, &gave](Span* s) {
-    const uint32_t len = s->run_len.load(std::memory_order_relaxed);
-    if (need == 0 || len <= kBigRunVspans || len >= n || free_above(span_index(s))) return;
+    if (need == 0 || s->run_len.load(std::memory_order_relaxed) >= n || free_above(span_index(s))) return;
     const uint64_t c = s->committed.load(std::memory_order_relaxed), part = c < need ? c : need;
     span_trim(s, c - part);
     need -= part;
