@@ -229,13 +229,16 @@ void give_leftover(uint32_t index, uint32_t len) {
   }
 }
 
+constexpr unsigned kAllFrontiers = (1u << kFrontiers) - 1;
 // Calls visit on every stack of single spans from commit tier first_tier up,
-// and of runs (only the warm ones if first_tier > 0).
+// and of runs (only the warm ones if first_tier > 0) of the frontiers in the
+// mask `frontiers` (bit f for frontier f).
 template <class F>
-void for_each_stack(unsigned first_tier, F visit) {
+void for_each_stack(unsigned first_tier, F visit, unsigned frontiers = kAllFrontiers) {
   for (unsigned t = first_tier; t < kTiers; t++)
     for (auto& st : g_single[t]) visit(st);
   for (unsigned f = 0; f < kFrontiers; f++) {
+    if ((frontiers >> f & 1) == 0) continue;
     for (unsigned w = first_tier > 0 ? 1 : 0; w < kRunSets; w++) {
       for (auto& st : g_exact[f][w]) visit(st);
       for (auto& st : g_log[f][w]) visit(st);
@@ -274,17 +277,26 @@ uint32_t grab_last_runs(uint32_t chain, std::atomic<uint32_t>* publish) {
 }
 
 // Pops every free span and run from every stack (of single spans, from commit
-// tier first_tier up; of runs, only warm ones if first_tier > 0) and every
-// last-run slot into one chain (grab). Returns the chain's head.
-uint32_t take_all(unsigned first_tier = 0) {
+// tier first_tier up; of runs, only warm ones if first_tier > 0, and only the
+// frontiers in the mask `frontiers`) and every last-run slot into one chain
+// (grab). Returns the chain's head.
+uint32_t take_all(unsigned first_tier = 0, unsigned frontiers = kAllFrontiers) {
   uint32_t chain = grab_last_runs(kNoIndex, nullptr);
-  for_each_stack(first_tier, [&chain](SpanStack& st) { chain = grab(st, chain, nullptr); });
+  for_each_stack(
+      first_tier, [&chain](SpanStack& st) { chain = grab(st, chain, nullptr); }, frontiers);
   return chain;
 }
 
 // Gathers every free span and run from every stack and pushes them back as
 // maximal contiguous runs, so that spans freed one by one can serve a long run
-// instead of new address space. Lock-free: each pop and push is; the rest is
+// instead of new address space. A merge for a single span or a short run (the
+// spans' frontier, arena.h) leaves the big blocks' frontier's runs alone
+// unless `force`: each is a big block's old run with its pages where that
+// block had them, which the next block of its length takes as it is; joined,
+// with the gaps between their pages committed, they served the next
+// generation of big blocks at other offsets, which faulted in the gaps while
+// the old pages beside them stayed (clamscan's buffers: peak RSS 86 -> 79 MiB,
+// docs/design.md). Lock-free: each pop and push is; the rest is
 // local work on spans this thread holds. A merged run's committed pages must
 // be a prefix: it keeps those of its first piece, extended by each later piece
 // that follows a fully committed part. A piece with pages after a gap keeps
@@ -308,7 +320,8 @@ static_assert(kMinAlign % 2 == 0, "merge tokens are odd");
 std::atomic<uint32_t> g_coalesce_calls{0};
 bool coalesce(uint32_t n, bool force) {
   const uint32_t kGathered = 0x80000001u | (g_coalesce_calls.fetch_add(1, std::memory_order_relaxed) << 1);
-  uint32_t chain = take_all();
+  const unsigned frontiers = force || frontier_of(n) == kFrontierBigRuns ? kAllFrontiers : 1u << kFrontierSpans;
+  uint32_t chain = take_all(0, frontiers);
   for (uint32_t h = chain; h != kNoIndex; h = span_at(h)->pool_next.load(std::memory_order_relaxed)) {
     uint32_t len = span_at(h)->run_len.load(std::memory_order_relaxed);
     for (uint32_t k = 0; k < len; k++) span_at(h + k)->offset.store(kGathered, std::memory_order_relaxed);

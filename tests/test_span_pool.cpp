@@ -572,3 +572,53 @@ TEST_CASE("a big block's freed run below a block in use serves single spans with
   CHECK(pool_is_valid());
   CHECK(arena_is_valid());
 }
+
+TEST_CASE(
+    "a merge for a short run leaves big blocks' freed runs as they are, and the next big blocks take their pages where "
+    "they lie") {
+  // Two big blocks' runs side by side in the big blocks' frontier, freed with
+  // their pages, the first with a gap after them (its block did not fill its
+  // run). A take of a short run that finds none merges the pool, and that
+  // merge joins only the short runs' frontier. Merged too, the big runs would
+  // become one run with the gap committed, and the next big blocks would be
+  // placed on it at other offsets: they fault in the gap while the old pages
+  // beside them stay, and the heap keeps both placements' pages (clamscan's
+  // second generation of buffers, docs/design.md).
+  constexpr uint32_t n1 = kBigRunVspans + 8, n2 = kBigRunVspans + 4;
+  Span* a = pool_take_run(n1, 0);
+  Span* b = pool_take_run(n2, 0);
+  REQUIRE((a != nullptr && b != nullptr));
+  REQUIRE(arena_frontier(span_index(a)) == kFrontierBigRuns);
+  REQUIRE(span_index(b) == span_index(a) + n1);
+  REQUIRE(span_commit(a, uint64_t(n1 - 4) * kVspanSize));
+  REQUIRE(span_commit(b, uint64_t(n2) * kVspanSize));
+  pool_give(a, n1);
+  pool_give(b, n2);
+  // Four single spans of the spans' frontier, fenced, given back one by one:
+  // the take of four finds no run of four and merges them.
+  const Fenced f = take_fenced_four();
+  REQUIRE(arena_frontier(f.first) == kFrontierSpans);
+  for (uint32_t k = 0; k < 4; k++) pool_give(span_at(f.first + k), 1);
+  const uint64_t committed = committed_bytes();
+  Span* merged = pool_take_run(4, 0);
+  REQUIRE(merged == span_at(f.first));  // the merge ran
+  CHECK(a->run_len.load() == n1);
+  CHECK(a->committed.load() == uint64_t(n1 - 4) * kVspanSize);
+  CHECK(b->run_len.load() == n2);
+  CHECK(b->committed.load() == uint64_t(n2) * kVspanSize);
+  CHECK(committed_bytes() == committed);  // no gap committed
+  // The next generation: blocks of the same lengths take the same runs, with
+  // the pages they need already there.
+  Span* b2 = pool_take_run(n2, uint64_t(n2) * kVspanSize);
+  Span* a2 = pool_take_run(n1, uint64_t(n1 - 4) * kVspanSize);
+  CHECK(b2 == b);
+  CHECK(a2 == a);
+  CHECK(committed_bytes() == committed);
+  if (a2 != nullptr) pool_give(a2, a2->run_len.load());
+  if (b2 != nullptr) pool_give(b2, b2->run_len.load());
+  pool_give(merged, 4);
+  pool_give(f.before, 1);
+  pool_give(f.after, 1);
+  CHECK(pool_is_valid());
+  CHECK(arena_is_valid());
+}
