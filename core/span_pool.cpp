@@ -44,6 +44,9 @@ SpanStack g_log[kFrontiers][kRunSets][kLogRuns];  // g_log[f][w][k]: runs of len
 // fw_collect sweeps it out (grab_last_runs),
 // so that a give and a take through a slot touch no shared counter.
 std::atomic<uint32_t> g_last_run[kMaxPoolStacks];
+// Gives into each slot, counted (relaxed load and store: two threads on one
+// CPU may lose a count) for kSlotGivesPerLook (span_pool.h).
+std::atomic<uint32_t> g_slot_gives[kMaxPoolStacks];
 // A block too big for a slot is one whose run comes from the big blocks'
 // frontier: those are the runs that merge and grow in place.
 static_assert((uint64_t(kBigRunVspans) << kVspanShift) == kLastRunMax, "big runs start where the slots stop");
@@ -150,14 +153,19 @@ void push_free(Span* head, uint32_t len, SpanStack* single = nullptr) {
 }
 
 // Puts a large block's run, with pages, in the calling CPU's last-run slot;
-// the run it displaces goes to the stacks.
-void push_last(Span* head, uint32_t len) {
+// the run it displaces goes to the stacks. Returns whether this give is one
+// in kSlotGivesPerLook into the slot, which looks at the decay's clock.
+bool push_last(Span* head, uint32_t len) {
   head->run_len.store(len, std::memory_order_relaxed);
-  const uint32_t old = g_last_run[home_stack()].exchange(span_index(head) + 1, std::memory_order_acq_rel);
+  const unsigned k = home_stack();
+  const uint32_t old = g_last_run[k].exchange(span_index(head) + 1, std::memory_order_acq_rel);
   if (old != 0) {
     Span* o = span_at(old - 1);
     pool_give(o, o->run_len.load(std::memory_order_relaxed));  // stamped and within the bound
   }
+  const uint32_t gives = g_slot_gives[k].load(std::memory_order_relaxed) + 1;
+  g_slot_gives[k].store(gives, std::memory_order_relaxed);
+  return gives % kSlotGivesPerLook == 0;
 }
 
 // Marks a popped span or run as taken out of the pool.
@@ -748,6 +756,7 @@ static Span* take_pooled_span(uint64_t want) {
 }
 
 Span* pool_take_span(uint64_t want) {
+  maybe_purge();  // the decay's clock, as for a last-run give (give, below)
   // What the pool holds before fresh address space, except big blocks' runs
   // with free vspans above them; when there is no address space left (an
   // address-space limit), those too, then whatever is free merged, and look
@@ -939,7 +948,11 @@ static void give(Span* head, uint32_t len, bool large) {
   uint64_t c = head->committed.load(std::memory_order_relaxed);
   const uint64_t delay = decay_ms();
   if (large && c != 0 && c <= kLastRunMax && delay != 0) {
-    push_last(head, len);
+    // No stamp and no bound here, but now and then the decay's clock: a
+    // program that goes on churning such blocks after freeing bigger ones
+    // kept those pages until its next bigger give or take (clamscan, for
+    // seconds past the delay).
+    if (push_last(head, len)) maybe_purge();
     return;
   }
   g_given_spans.fetch_add(len, std::memory_order_relaxed);
