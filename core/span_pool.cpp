@@ -540,11 +540,13 @@ void visit_held(uint32_t chain, SpanStack* from, Visit& visit) {
 }
 
 // Gives back the pages of every pooled span and run that came in with them
-// `delay` ms or more before `now`, and then, oldest first, of as many more as
-// it takes to give back `need` bytes in all; returns the bytes it gave back.
+// `delay` ms or more before `now`, and the tails of younger runs (taper,
+// below; `prev`: when the previous pass ran), and then, oldest first, of as
+// many more as it takes to give back `need` bytes in all; returns the bytes it
+// gave back.
 // Pops what may hold pages (not tier 0) and pushes it back. The caller holds
 // g_purging.
-uint64_t purge(uint64_t now, uint64_t delay, uint64_t need) {
+uint64_t purge(uint64_t now, uint64_t delay, uint64_t need, uint64_t prev) {
   uint64_t gave = 0;
   // Ages by power of two (ms): bucket b holds ages in [2^(b-1), 2^b).
   constexpr unsigned kBuckets = 33;
@@ -571,14 +573,36 @@ uint64_t purge(uint64_t now, uint64_t delay, uint64_t need) {
     });
     if (!done()) visit_held(grab_last_runs(kNoIndex, &g_purge_rest), nullptr, visit);
   };
-  // Everything that waited longer than the delay, and the ages of the rest.
+  // The tail of a run younger than the delay: it keeps (delay - age) / delay
+  // of the pages it came in with, a share that falls as it waits (jemalloc's
+  // decay is a curve of this kind). Its age at the previous pass (`prev`)
+  // says what share it kept then, so the share of what it holds now follows
+  // without a record of what it came in with. Single spans keep their pages
+  // whole until the delay (their stacks are by pages: span_pool.h, tiers).
+  const uint64_t since = now - prev;
+  auto taper = [&need, &gave](Span* s, uint64_t age, uint64_t delay, uint64_t since) {
+    if (s->run_len.load(std::memory_order_relaxed) < 2) return;
+    const uint64_t c = s->committed.load(std::memory_order_relaxed);
+    const uint64_t before = age > since ? age - since : 0;  // its age at the previous pass
+    const double share = double(delay - age) / double(delay - before);
+    const uint64_t page = os::page_size();
+    const uint64_t keep = (uint64_t(double(c) * share) + page - 1) / page * page;
+    if (keep >= c) return;
+    need = need > c - keep ? need - (c - keep) : 0;
+    gave += c - keep;
+    span_trim(s, keep);
+  };
+  // Everything that waited longer than the delay, the runs' tails, and the
+  // ages of the rest.
   pass(
       [&](Span* s) {
         const uint64_t age = pool_age_ms(s, now);
-        if (age >= delay)
+        if (age >= delay) {
           give_back(s);
-        else
-          in_bucket[bucket(age)] += s->committed.load(std::memory_order_relaxed);
+          return;
+        }
+        taper(s, age, delay, since);
+        in_bucket[bucket(age)] += s->committed.load(std::memory_order_relaxed);
       },
       [] { return false; });
   if (need == 0) return gave;
@@ -603,7 +627,7 @@ void maybe_purge_at(uint64_t now, uint64_t delay) {
   uint64_t at = g_purged_at.load(std::memory_order_relaxed);
   if (now - at < delay / 4 + 1 || !g_purged_at.compare_exchange_strong(at, now, std::memory_order_relaxed)) return;
   if (!claim_purge()) return;
-  purge(now, delay, 0);
+  purge(now, delay, 0, at);
   end_purge();
 }
 
@@ -975,7 +999,8 @@ static void give(Span* head, uint32_t len, bool large) {
   }
   push_free(head, len);
   if (over) {
-    g_bound_gave.store(purge(now, delay, kept - bound / 4 * 3), std::memory_order_relaxed);
+    g_bound_gave.store(purge(now, delay, kept - bound / 4 * 3, g_purged_at.exchange(now, std::memory_order_relaxed)),
+                       std::memory_order_relaxed);
     g_bound_gave_at.store(now, std::memory_order_relaxed);
     g_committed_after_pass.store(g_committed.load(std::memory_order_relaxed), std::memory_order_relaxed);
     end_purge();
