@@ -433,34 +433,6 @@ TEST_CASE("pages freed longer ago than the decay delay go back at the next small
   CHECK(pool_is_valid());
 }
 
-TEST_CASE("a run younger than the decay delay gives back a share of its pages that grows with its age") {
-  // A big block's run at the top of its frontier (free above: no single span
-  // is split off it), with every page committed, given back; half the delay
-  // later, a pass (from a single span's take) leaves it about half its pages,
-  // the tail going first: a share that falls as it waits, rather than all of
-  // them until the delay and none after.
-  constexpr uint32_t n = kBigRunVspans + 4;
-  Span* run = pool_take_run(n, 0);
-  REQUIRE(run != nullptr);
-  REQUIRE(arena_frontier(span_index(run)) == kFrontierBigRuns);
-  REQUIRE(span_commit(run, uint64_t(n) * kVspanSize));
-  const uint64_t delay = uint64_t(option(Option::decay_ms));
-  REQUIRE(delay >= 100);
-  pool_give(run, n);
-  const auto given = std::chrono::steady_clock::now();
-  std::this_thread::sleep_for(std::chrono::milliseconds(delay / 2));
-  Span* s = pool_take_span(kVspanSize);
-  REQUIRE(s != nullptr);
-  CHECK(s != run);
-  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - given);
-  const uint64_t kept = run->committed.load();
-  CHECK(kept < uint64_t(n) * kVspanSize);
-  CHECK(kept % os::page_size() == 0);
-  if (uint64_t(waited.count()) < delay) CHECK(kept > 0);  // younger than the delay: a share stays
-  pool_give(s, 1);
-  CHECK(pool_is_valid());
-}
-
 // A cycle that touches more pages than it holds at any time: a buffer grown
 // a step at a time, in place while its run has room and moved to a new block
 // when it has not, leaves a run behind at each size it outgrows. That is what
@@ -594,6 +566,19 @@ TEST_CASE("a run with pages that does not end at the region's fresh vspans keeps
   CHECK(arena_is_valid());
 }
 
+// A big block's run of n vspans (more than kBigRunVspans) from the big blocks'
+// frontier, ending where its region's fresh vspans start (free above it), with
+// every page committed, given back to the pool.
+static Span* give_top_big_run(uint32_t n) {
+  Span* run = pool_take_run(n, 0);
+  REQUIRE(run != nullptr);
+  REQUIRE(arena_frontier(span_index(run)) == kFrontierBigRuns);
+  REQUIRE(end_in_region(run, n) == fresh_from(run));
+  REQUIRE(span_commit(run, uint64_t(n) * kVspanSize));
+  pool_give(run, n);
+  return run;
+}
+
 TEST_CASE("single spans and short runs do not cut up a big block's freed run that can grow, and it grows in place for a bigger block") {
   // A big block's run (more than kBigRunVspans) comes from the big blocks'
   // frontier. Given back with its pages, it is the only run pooled, and the
@@ -602,12 +587,7 @@ TEST_CASE("single spans and short runs do not cut up a big block's freed run tha
   // a bigger block then finds it whole, still ending at its frontier, and
   // grows it in place.
   constexpr uint32_t n = kBigRunVspans + 4;
-  Span* big = pool_take_run(n, 0);
-  REQUIRE(big != nullptr);
-  REQUIRE(arena_frontier(span_index(big)) == kFrontierBigRuns);
-  REQUIRE(end_in_region(big, n) == fresh_from(big));
-  REQUIRE(span_commit(big, uint64_t(n) * kVspanSize));
-  pool_give(big, n);
+  Span* big = give_top_big_run(n);
   auto outside_big = [big](const Span* s, uint32_t len) {
     return span_index(s) + len <= span_index(big) || span_index(s) >= span_index(big) + n;
   };
@@ -634,6 +614,30 @@ TEST_CASE("single spans and short runs do not cut up a big block's freed run tha
   for (Span* s : singles) pool_give(s, 1);
   CHECK(pool_is_valid());
   CHECK(arena_is_valid());
+}
+
+TEST_CASE("a run younger than the decay delay gives back a share of its pages that grows with its age") {
+  // A big block's run at the top of its frontier (free above: no single span
+  // is split off it), with every page committed, given back; half the delay
+  // later, a pass (from a single span's take) leaves it about half its pages,
+  // the tail going first: a share that falls as it waits, rather than all of
+  // them until the delay and none after.
+  constexpr uint32_t n = kBigRunVspans + 4;
+  const uint64_t delay = uint64_t(option(Option::decay_ms));
+  REQUIRE(delay >= 100);
+  Span* run = give_top_big_run(n);
+  const auto given = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(delay / 2));
+  Span* s = pool_take_span(kVspanSize);
+  REQUIRE(s != nullptr);
+  CHECK(s != run);
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - given);
+  const uint64_t kept = run->committed.load();
+  CHECK(kept < uint64_t(n) * kVspanSize);
+  CHECK(kept % os::page_size() == 0);
+  if (uint64_t(waited.count()) < delay) CHECK(kept > 0);  // younger than the delay: a share stays
+  pool_give(s, 1);
+  CHECK(pool_is_valid());
 }
 
 TEST_CASE("a big block's freed run below a block in use serves single spans with its pages") {
