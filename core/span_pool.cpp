@@ -552,11 +552,13 @@ uint64_t purge(uint64_t now, uint64_t delay, uint64_t need, uint64_t prev) {
   constexpr unsigned kBuckets = 33;
   uint64_t in_bucket[kBuckets] = {};
   auto bucket = [](uint64_t age) { return age == 0 ? 0u : 32u - unsigned(__builtin_clz(uint32_t(age))); };
-  auto give_back = [&need, &gave](Span* s) {
-    uint64_t c = s->committed.load(std::memory_order_relaxed);
-    need = need > c ? need - c : 0;
-    gave += c;
-    decommit_span(s);
+  // Gives back what s holds past its first `keep` bytes, counted.
+  auto give_back = [&need, &gave](Span* s, uint64_t keep = 0) {
+    const uint64_t c = s->committed.load(std::memory_order_relaxed);
+    if (keep >= c) return;
+    need = need > c - keep ? need - (c - keep) : 0;
+    gave += c - keep;
+    span_trim(s, keep);
   };
   // One stack at a time: its spans are out of the pool only while this pass
   // looks at them, so other threads find the rest. (Holding the whole pool
@@ -580,17 +582,13 @@ uint64_t purge(uint64_t now, uint64_t delay, uint64_t need, uint64_t prev) {
   // without a record of what it came in with. Single spans keep their pages
   // whole until the delay (their stacks are by pages: span_pool.h, tiers).
   const uint64_t since = now - prev;
-  auto taper = [&need, &gave](Span* s, uint64_t age, uint64_t delay, uint64_t since) {
+  auto taper = [&give_back, delay, since](Span* s, uint64_t age) {
     if (s->run_len.load(std::memory_order_relaxed) < 2) return;
     const uint64_t c = s->committed.load(std::memory_order_relaxed);
     const uint64_t before = age > since ? age - since : 0;  // its age at the previous pass
     const double share = double(delay - age) / double(delay - before);
     const uint64_t page = os::page_size();
-    const uint64_t keep = (uint64_t(double(c) * share) + page - 1) / page * page;
-    if (keep >= c) return;
-    need = need > c - keep ? need - (c - keep) : 0;
-    gave += c - keep;
-    span_trim(s, keep);
+    give_back(s, (uint64_t(double(c) * share) + page - 1) / page * page);
   };
   // Everything that waited longer than the delay, the runs' tails, and the
   // ages of the rest.
@@ -601,7 +599,7 @@ uint64_t purge(uint64_t now, uint64_t delay, uint64_t need, uint64_t prev) {
           give_back(s);
           return;
         }
-        taper(s, age, delay, since);
+        taper(s, age);
         in_bucket[bucket(age)] += s->committed.load(std::memory_order_relaxed);
       },
       [] { return false; });
@@ -999,8 +997,8 @@ static void give(Span* head, uint32_t len, bool large) {
   }
   push_free(head, len);
   if (over) {
-    g_bound_gave.store(purge(now, delay, kept - bound / 4 * 3, g_purged_at.exchange(now, std::memory_order_relaxed)),
-                       std::memory_order_relaxed);
+    const uint64_t prev = g_purged_at.exchange(now, std::memory_order_relaxed);  // this is a pass too
+    g_bound_gave.store(purge(now, delay, kept - bound / 4 * 3, prev), std::memory_order_relaxed);
     g_bound_gave_at.store(now, std::memory_order_relaxed);
     g_committed_after_pass.store(g_committed.load(std::memory_order_relaxed), std::memory_order_relaxed);
     end_purge();

@@ -352,10 +352,11 @@ TEST_CASE("concurrent takes and gives never hand one span to two threads") {
 
 // The commit policy (span_pool.h): freed blocks keep their pages while the
 // program reuses them, and give them back after FREEWAY_DECAY_MS unused.
-TEST_CASE("freed large blocks keep their pages for the next blocks, then go back after the decay delay") {
-  fw_collect();  // an empty pool to start from
-  constexpr int kBlocks = 4;
-  constexpr size_t kSize = 6u << 20;
+// A generation of big blocks: kBlocks of kSize, each written, then all freed
+// (more than a last-run slot keeps: to the stacks, with their pages).
+constexpr int kBlocks = 4;
+constexpr size_t kSize = 6u << 20;
+static void free_a_written_generation() {
   void* v[kBlocks];
   for (void*& p : v) {
     p = fw_malloc(kSize);
@@ -363,6 +364,12 @@ TEST_CASE("freed large blocks keep their pages for the next blocks, then go back
     memset(p, 1, kSize);
   }
   for (void* p : v) fw_free(p);
+}
+
+TEST_CASE("freed large blocks keep their pages for the next blocks, then go back after the decay delay") {
+  fw_collect();  // an empty pool to start from
+  free_a_written_generation();
+  void* v[kBlocks];
   const uint64_t kept = pool_retained_bytes();
   CHECK(kept >= uint64_t(kBlocks - 1) * kSize);  // within FREEWAY_RETAIN_MB (32 MiB): kept
   // The same blocks again commit nothing new: they reuse the pages kept.
@@ -386,19 +393,11 @@ TEST_CASE("freed large blocks keep their pages for the next blocks, then go back
 // 95 they ran none, and clamscan held a generation of buffers (35 MB) for
 // seconds past the decay delay.
 TEST_CASE("pages freed longer ago than the decay delay go back at the next small take or last-run give") {
-  constexpr int kBlocks = 4;
-  constexpr size_t kSize = 6u << 20;
   fw_collect();  // an empty pool to start from
   // Frees a generation of big blocks, which the pool keeps with their pages,
   // then calls `after_frees`, and waits out the decay delay.
   auto free_a_generation = [](auto after_frees) {
-    void* v[kBlocks];
-    for (void*& p : v) {
-      p = fw_malloc(kSize);
-      REQUIRE(p != nullptr);
-      memset(p, 1, kSize);
-    }
-    for (void* p : v) fw_free(p);
+    free_a_written_generation();
     REQUIRE(pool_retained_bytes() >= uint64_t(kBlocks - 1) * kSize);
     after_frees();
     std::this_thread::sleep_for(std::chrono::milliseconds(option(Option::decay_ms) * 3 / 2));
