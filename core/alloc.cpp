@@ -10,6 +10,7 @@
 #include "core/report.h"
 #include "core/secure.h"
 #include "core/secure_heap.h"
+#include "core/span_pool.h"
 #include "core/stats.h"
 #include "core/telemetry.h"
 #include "platform/os.h"
@@ -49,8 +50,20 @@ constexpr uint64_t kLargeSampleEvery = 64;
 std::atomic<uint64_t> g_large_calls{0};
 // held: a LAB the caller holds (secure mode's slow path, whose thread's slot
 // holds BUSY, so that lab_collect_current cannot reach it).
+//
+// Before a big block (a run past kLastRunMax: span_pool.h, pool_pay_fresh),
+// the kept spans the calling thread has emptied go to the span-pool
+// (lab_release_emptied_current), where its run may take them or, if it
+// faults in fresh pages, pay with that many bytes of the pool's single spans
+// and short runs. In its LAB they would wait for its next span from the
+// shared stacks (release_empty_kept), and a thread that frees a batch of its
+// blocks and then allocates big buffers takes none meanwhile: tesseract kept
+// 16 MiB of emptied spans of 4,104-byte blocks through two 31 MiB buffers
+// and an 8 MiB one, its peak (docs/benchmarks.md, Stop 96). Not for a held
+// LAB (secure mode's slow path), whose kept spans stay as they are.
 void* large_block(size_t n, size_t align, bool zero, size_t room = 0, Lab* held = nullptr) {
-  void* p = large_alloc(n, align, zero, room);
+  const uint64_t idle = held == nullptr && n > kLastRunMax ? lab_release_emptied_current() : 0;
+  void* p = large_alloc(n, align, zero, room, idle);
   if (p == nullptr && large_in_run(n, align)) {
     // The caller's spans may be what the block's run needs (lab.h,
     // lab_reclaim): those of the LAB it holds, else its thread's or its CPU's.
@@ -62,7 +75,7 @@ void* large_block(size_t n, size_t align, bool zero, size_t room = 0, Lab* held 
       lab_collect_current(Collect::kAll);
       percpu_reclaim();
     }
-    p = large_alloc(n, align, zero, room);
+    p = large_alloc(n, align, zero, room, idle);
   }
   if (p != nullptr && stats_large_rose() &&
       g_large_calls.fetch_add(1, std::memory_order_relaxed) % kLargeSampleEvery == 0)

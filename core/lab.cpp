@@ -566,6 +566,37 @@ void release_empty_kept(Lab* lab) {
   lab->kept_pos = i < lab->kept_n[d] ? i : kKeptDone;
 }
 
+// Gives back every kept span with no block in use, of every class, at once
+// (lab_release_emptied_current), and drops stale entries; returns the bytes of
+// the spans it gave back. A class whose list took frees since its blocks of
+// kept spans last went back to them (kept_seen) returns them first, which may
+// empty some: the list is walked once per batch of frees, not at each call.
+// release_empty_kept does the same a few spans at a time as the thread takes
+// spans; this is for a thread that takes none but allocates big blocks while
+// its emptied spans hold pages.
+uint64_t release_emptied_kept(Lab* lab) {
+  uint64_t gave = 0;
+  for (uint64_t classes = lab->kept_classes; classes != 0; classes &= classes - 1) {
+    const unsigned c = unsigned(__builtin_ctzll(classes));
+    if (lab->lists[c].frees.load(std::memory_order_relaxed) != lab->kept_seen[c].frees) {
+      lab_return_kept_frees(lab, c);
+      lab->kept_seen[c].frees = lab->lists[c].frees.load(std::memory_order_relaxed);
+    }
+    // kept_release moves the last entry into i: i is looked at again.
+    for (unsigned i = 0; i < lab->kept_n[c];) {
+      Span* k = lab->kept_at(c, i);
+      const bool live = kept_live(lab, c, k);
+      if (live && kept_free_count(k) < k->carved.load(std::memory_order_relaxed)) {
+        i++;
+        continue;
+      }
+      kept_release(lab, c, i);
+      if (live) gave += class_info(c).span_bytes;
+    }
+  }
+  return gave;
+}
+
 // hot[c] has no block left: makes a kept span with free blocks hot[c], keeping
 // the old hot span in its place. It reads the kept spans in turn, from where
 // the last switch stopped (kept_look[c]), and takes the first with a free
@@ -907,6 +938,16 @@ void lab_collect_current(Collect what) {
     for (unsigned c = 0; c < kClassCount; c++) release_kept(lab, c);
   }
   lab_leave(slot);
+}
+
+uint64_t lab_release_emptied_current() {
+  Lab* slot = lab_current();
+  Lab* lab = slot == &g_lab_secure ? static_cast<Lab*>(os::thread_exit_registered()) : slot;  // as above
+  if (lab == nullptr || is_placeholder(lab) || lab->kept_classes == 0) return 0;
+  lab_enter();
+  const uint64_t gave = release_emptied_kept(lab);
+  lab_leave(slot);
+  return gave;
 }
 
 // lab_refill's block p of class c, carved and handed out at once: counted

@@ -727,6 +727,11 @@ void lab_reclaim(Lab* lab);
 // signal handler's, or a secure-mode slow path's: the slot holds BUSY).
 enum class Collect { kKept, kAll };
 void lab_collect_current(Collect what);
+// Gives the calling thread's kept spans that have no block in use to the
+// span-pool, all at once (before a big block: alloc.cpp, large_block), where the
+// LAB would give them a few at each span it takes (release_empty_kept). The
+// same cases do nothing as for lab_collect_current. Returns their bytes.
+uint64_t lab_release_emptied_current();
 // Frees checked block p of span s (not owned by lab) through lab's pending
 // chain for s. A chain started for a span of a parked LAB releases that LAB
 // (parked for a successor that bound another: lab_bind_thread).

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "core/arena.h"
 #include "core/free.h"
 #include "core/lab.h"
+#include "core/span_pool.h"
 #include "freeway.h"
 #include "kept_util.h"
 #include "test_util.h"
@@ -328,6 +330,40 @@ TEST_CASE(
     CHECK(fw_check_heap() == 0);
     for (void* p : vb) fw_free(p);
     for (void* p : more) fw_free(p);
+  }).join();
+  CHECK(fw_check_heap() == 0);
+}
+
+TEST_CASE(
+    "a big block that faults in fresh pages has its thread's emptied kept spans go back first, and the pool gives "
+    "back as many bytes of pages (alloc.cpp, pay_fresh)") {
+  fw_collect();  // no pages pooled, and no parked LAB with kept spans
+  std::thread([] {
+    // Blocks of a class whose thread's frees go onto free[c] across its spans
+    // (lab.h): those of the kept spans go back to them before the spans can
+    // be found empty. 40 spans, within the 16 MiB allowance: 39 kept.
+    constexpr size_t kBlock = 4104;
+    const unsigned c = class_of(kBlock);
+    REQUIRE(lists_across_spans(c));
+    std::vector<Span*> spans;
+    std::vector<void*> v = fill_spans(40, &spans, kBlock);
+    for (void* p : v) std::memset(p, 1, kBlock);
+    for (void* p : v) fw_free(p);
+    const unsigned kept = lab_current()->kept_n[c];
+    REQUIRE(kept >= 30);  // emptied by their own thread: still kept
+    const uint64_t emptied = uint64_t(kept) * class_info(c).span_bytes, before = committed_bytes();
+    // A big block (more than kBigRunVspans vspans) with no run in the pool.
+    constexpr size_t kBig = size_t(24) << 20;
+    char* big = static_cast<char*>(fw_malloc(kBig));
+    REQUIRE(big != nullptr);
+    std::memset(big, 2, kBig);
+    const uint64_t after = committed_bytes();
+    INFO("committed before: ", before >> 10, " KiB, after: ", after >> 10, " KiB, emptied spans: ", emptied >> 10,
+         " KiB");
+    CHECK(lab_current()->kept_n[c] == 0);
+    CHECK(after <= before + kBig - emptied / 2);
+    CHECK(fw_check_heap() == 0);
+    fw_free(big);
   }).join();
   CHECK(fw_check_heap() == 0);
 }
