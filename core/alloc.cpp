@@ -51,19 +51,21 @@ std::atomic<uint64_t> g_large_calls{0};
 // held: a LAB the caller holds (secure mode's slow path, whose thread's slot
 // holds BUSY, so that lab_collect_current cannot reach it).
 //
-// Before a big block (a run past kLastRunMax: span_pool.h, pool_pay_fresh),
-// the kept spans the calling thread has emptied go to the span-pool
-// (lab_release_emptied_current), where its run may take them or, if it
-// faults in fresh pages, pay with that many bytes of the pool's single spans
-// and short runs. In its LAB they would wait for its next span from the
-// shared stacks (release_empty_kept), and a thread that frees a batch of its
-// blocks and then allocates big buffers takes none meanwhile: tesseract kept
-// 16 MiB of emptied spans of 4,104-byte blocks through two 31 MiB buffers
-// and an 8 MiB one, its peak (docs/benchmarks.md, Stop 96). Not for a held
-// LAB (secure mode's slow path), whose kept spans stay as they are.
+// A big block whose fresh pages the stranded runs did not pay for (large_alloc,
+// pool_pay_fresh): the kept spans the calling thread has emptied go to the
+// span-pool (lab_release_emptied_current), which then pays with up to as
+// many bytes of single spans and short runs (pool_pay_idle). In its LAB they
+// would wait for its next span from the shared stacks (release_empty_kept),
+// and a thread that frees a batch of its blocks and then allocates big
+// buffers takes none meanwhile: tesseract kept 16 MiB of emptied spans of
+// 4,104-byte blocks through two 31 MiB buffers and an 8 MiB one, its peak
+// (docs/benchmarks.md, Stop 96). Only then: a look at every kept span before
+// each big block cost a 5 MiB malloc-free pair 1.6 times its time with 40
+// kept spans, 8 times with 400. Not for a held LAB (secure mode's slow path),
+// whose kept spans stay as they are.
 void* large_block(size_t n, size_t align, bool zero, size_t room = 0, Lab* held = nullptr) {
-  const uint64_t idle = held == nullptr && n > kLastRunMax ? lab_release_emptied_current() : 0;
-  void* p = large_alloc(n, align, zero, room, idle);
+  uint64_t unpaid = 0;
+  void* p = large_alloc(n, align, zero, room, &unpaid);
   if (p == nullptr && large_in_run(n, align)) {
     // The caller's spans may be what the block's run needs (lab.h,
     // lab_reclaim): those of the LAB it holds, else its thread's or its CPU's.
@@ -75,7 +77,11 @@ void* large_block(size_t n, size_t align, bool zero, size_t room = 0, Lab* held 
       lab_collect_current(Collect::kAll);
       percpu_reclaim();
     }
-    p = large_alloc(n, align, zero, room, idle);
+    p = large_alloc(n, align, zero, room, &unpaid);
+  }
+  if (p != nullptr && unpaid != 0 && held == nullptr) {
+    const uint64_t idle = lab_release_emptied_current();
+    pool_pay_idle(unpaid < idle ? unpaid : idle);
   }
   if (p != nullptr && stats_large_rose() &&
       g_large_calls.fetch_add(1, std::memory_order_relaxed) % kLargeSampleEvery == 0)

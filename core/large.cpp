@@ -145,7 +145,8 @@ static void run_grew(Span* head, uint32_t len, uint32_t n) {
   g_live_spans.fetch_add(n - len, std::memory_order_relaxed);
 }
 
-void* large_alloc(size_t size, size_t align, bool zero, size_t room, uint64_t idle) {
+void* large_alloc(size_t size, size_t align, bool zero, size_t room, uint64_t* unpaid) {
+  if (unpaid != nullptr) *unpaid = 0;
   if (align < kMinAlign) align = kMinAlign;
   if (size == 0) size = 1;  // a unique block, as for malloc(0)
   size_t total = size + large_align_extra(align);
@@ -173,7 +174,10 @@ void* large_alloc(size_t size, size_t align, bool zero, size_t room, uint64_t id
     pool_give(head, n);
     return nullptr;
   }
-  if (bytes > before) pool_pay_fresh(n, bytes - before, idle);
+  if (bytes > before) {
+    const uint64_t paid = pool_pay_fresh(n, bytes - before);
+    if (unpaid != nullptr && n > kBigRunVspans) *unpaid = bytes - before - paid;
+  }
   head->offset.store(uint32_t(p - base), std::memory_order_relaxed);
   head->large_size.store(bytes - (p - base), std::memory_order_relaxed);
   head->run_len.store(n, std::memory_order_relaxed);

@@ -37,10 +37,10 @@ constexpr bool large_in_run(size_t size, size_t align) {
 // for a huge block, the bytes its region should reserve if more than size
 // (realloc's, so that the block grows in place; address space only, as only
 // the block's pages are committed), unless address space is capped or that
-// much cannot be had. idle: bytes of emptied spans the calling thread gave to
-// the span-pool just before (alloc.cpp, large_block), which a big block's
-// fresh pages may be paid with too (pool_pay_fresh).
-void* large_alloc(size_t size, size_t align, bool zero, size_t room = 0, uint64_t idle = 0);
+// much cannot be had. *unpaid (if given): the bytes of fresh pages a big
+// block faulted in that the span-pool's stranded runs did not pay for
+// (pool_pay_fresh), else 0, for the caller to pay (alloc.cpp, large_block).
+void* large_alloc(size_t size, size_t align, bool zero, size_t room = 0, uint64_t* unpaid = nullptr);
 // Frees p, whose descriptor d is LARGE, LARGE_TAIL or HUGE; reports misuse
 // (bad or double free) and stops the process otherwise.
 void large_free(void* p, Span* d);

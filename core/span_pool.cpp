@@ -661,29 +661,30 @@ static bool free_above(uint32_t i) {
          Anchor::unpack(span_at(end)->anchor.load(std::memory_order_relaxed)).state == kFree;
 }
 
-// Pays for a big block's fresh pages (span_pool.h, pool_pay_fresh). Stranded
-// pages first: of the warm runs of a big block's length (more than
-// kBigRunVspans) but shorter than n, in either frontier (a big block takes
-// the spans' frontier's runs too when its own has none), those below a block
-// in use (not free_above) give back the last of their pages (a run's pages
-// stay a prefix), until `need` bytes are given back or none is left. Then, up
-// to `idle` bytes, single spans and the spans' frontier's short runs (below).
-// (Paying with the oldest pages of the whole pool instead, a purge pass asked
-// for that many bytes, gave back big blocks' runs that the next blocks took
-// again: four random live buffers of 5-60 MiB took 6.5 times as long, with
-// 1.35 M page faults instead of 158,000; docs/benchmarks.md, Stop 96.) It skips the work
-// when another pass runs (a pass holds the stacks it looks at) and while a
-// cycle's footprint holds the bound (give_bound: the program has faulted
-// back pages a pass gave back, so it reuses what it keeps). Returns the
-// bytes given back.
-static_assert(kBigRunVspans < kExactRuns, "pay_fresh's stacks: exact lengths past kBigRunVspans, then g_log");
-static uint64_t pay_fresh(uint32_t n, uint64_t need, uint64_t idle) {
+// A pay for fresh pages (pool_pay_fresh, pool_pay_idle) runs as a purge pass
+// does, holding its claim: it skips the work when another pass runs (a pass
+// holds the stacks it looks at), when the pool holds no pages or decay is off,
+// and while a cycle's footprint holds the bound (give_bound: the program has
+// faulted back pages a pass gave back, so it reuses what it keeps). True
+// when it holds the claim.
+static bool claim_pay() {
   const uint64_t delay = decay_ms();
-  if (g_retained.load(std::memory_order_relaxed) == 0 || delay == 0) return 0;
+  if (g_retained.load(std::memory_order_relaxed) == 0 || delay == 0) return false;
   if (g_footprint.load(std::memory_order_relaxed) != 0 &&
       now_ms() - g_footprint_at.load(std::memory_order_relaxed) <= delay)
-    return 0;
-  if (!claim_purge()) return 0;
+    return false;
+  return claim_purge();
+}
+
+// Stranded pages (span_pool.h, pool_pay_fresh): of the warm runs of a big
+// block's length (more than kBigRunVspans) but shorter than n, in either
+// frontier (a big block takes the spans' frontier's runs too when its own has
+// none), those below a block in use (not free_above) give back the last of
+// their pages (a run's pages stay a prefix), until `need` bytes are given back
+// or none is left (claim_pay's cases do nothing). Returns the bytes given back.
+static_assert(kBigRunVspans < kExactRuns, "pay_with_stranded's stacks: exact lengths past kBigRunVspans, then g_log");
+static uint64_t pay_with_stranded(uint32_t n, uint64_t need) {
+  if (!claim_pay()) return 0;
   uint64_t gave = 0;
   // The stacks below hold runs longer than kBigRunVspans only (exact lengths
   // from kBigRunVspans + 1, power-of-two levels from 64); a level may hold runs
@@ -702,12 +703,24 @@ static uint64_t pay_fresh(uint32_t n, uint64_t need, uint64_t idle) {
     for (unsigned k = 6; k < kLogRuns && (1u << k) < n && need > 0; k++)
       visit_held(grab(g_log[f][1][k], kNoIndex, &g_purge_rest), nullptr, visit);
   }
-  // Then, up to `idle` bytes, single spans' pages (whole: a single span's
-  // stack is by its pages, span_pool.h) and the short runs' of the spans'
-  // frontier (the last pages first, as above): where the emptied spans just
-  // given went, among pages no big block can take.
-  if (need > idle) need = idle;
-  auto visit_short = [&need, &gave](Span* s) {
+  end_purge();
+  return gave;
+}
+
+uint64_t pool_pay_fresh(uint32_t n, uint64_t bytes) { return n > kBigRunVspans ? pay_with_stranded(n, bytes) : 0; }
+
+// Single spans' pages (whole: a single span's stack is by its pages,
+// span_pool.h) and the tail pages of the spans' frontier's short runs, until
+// `need` bytes are given back: pages no big block can take (span_pool.h,
+// pool_pay_idle). claim_pay's cases do nothing. Returns the bytes given back.
+// (Paying with the oldest pages of the whole pool instead, a purge pass asked
+// for that many bytes, gave back big blocks' runs that the next blocks took
+// again: four random live buffers of 5-60 MiB took 6.5 times as long, with
+// 1.35 M page faults instead of 158,000; docs/benchmarks.md, Stop 96.)
+uint64_t pool_pay_idle(uint64_t need) {
+  if (need == 0 || !claim_pay()) return 0;
+  uint64_t gave = 0;
+  auto visit = [&need, &gave](Span* s) {
     if (need == 0 || arena_frontier(span_index(s)) != kFrontierSpans) return;
     const uint64_t c = s->committed.load(std::memory_order_relaxed);
     const uint64_t part = c < need || s->run_len.load(std::memory_order_relaxed) == 1 ? c : need;
@@ -717,15 +730,11 @@ static uint64_t pay_fresh(uint32_t n, uint64_t need, uint64_t idle) {
   };
   for (unsigned t = kTiers - 1; t > 0 && need > 0; t--)
     for (unsigned i = 0; i < kMaxPoolStacks && need > 0; i++)
-      visit_held(grab(g_single[t][i], kNoIndex, &g_purge_rest), &g_single[t][i], visit_short);
+      visit_held(grab(g_single[t][i], kNoIndex, &g_purge_rest), &g_single[t][i], visit);
   for (uint32_t m = 2; m <= kBigRunVspans && need > 0 && has_runs(kFrontierSpans); m++)
-    visit_held(grab(g_exact[kFrontierSpans][1][m], kNoIndex, &g_purge_rest), nullptr, visit_short);
+    visit_held(grab(g_exact[kFrontierSpans][1][m], kNoIndex, &g_purge_rest), nullptr, visit);
   end_purge();
   return gave;
-}
-
-uint64_t pool_pay_fresh(uint32_t n, uint64_t bytes, uint64_t idle) {
-  return n > kBigRunVspans ? pay_fresh(n, bytes, idle) : 0;
 }
 
 // Pops up to five runs off the top of st and keeps the one that scores

@@ -32,7 +32,7 @@
 // warm ones first. A big block that faults in fresh pages gives back as many
 // of the pages that big blocks' runs below a block in use hold (stranded:
 // too short for it, and unable to grow), and of its thread's emptied spans,
-// before the decay would (pool_pay_fresh).
+// before the decay would (pool_pay_fresh, pool_pay_idle).
 //
 // Merging and growing in place. A take for a run with pages that finds none
 // long enough merges the pool (coalesce: every free piece joined to its free
@@ -123,15 +123,18 @@ uint32_t pool_take_after(uint32_t end, uint32_t least, uint32_t most, uint64_t* 
 // cannot grow, lying below a block in use (free_above). Such a run waits for a
 // block no longer than it, while the program's bigger blocks take fresh pages
 // beside it: allocate 40 MiB, then 50, free the 40 and allocate 50 again, and
-// the heap held 140 MiB (glibc and mimalloc 100). Then, up to `idle` bytes (the
-// kept spans the caller's thread emptied and gave to the pool before the
-// block: alloc.cpp, large_block), those of single spans and of the spans'
-// frontier's short runs, which no big block can take: without, the emptied
-// spans' pages joined the block's at the footprint's peak and waited for the
-// decay (tesseract, docs/benchmarks.md, Stop 96). Returns the bytes given
+// the heap held 140 MiB (glibc and mimalloc 100). Returns the bytes given
 // back (0 for a block of kBigRunVspans or fewer, which last-run slots and
 // small blocks' runs serve).
-uint64_t pool_pay_fresh(uint32_t n, uint64_t bytes, uint64_t idle);
+uint64_t pool_pay_fresh(uint32_t n, uint64_t bytes);
+// What a big block's fresh pages left unpaid (pool_pay_fresh), up to the bytes
+// of the emptied spans its thread gave to the pool after it (alloc.cpp,
+// large_block): the pool gives back `need` bytes of the pages of single spans
+// and of the spans' frontier's short runs, which no big block can take.
+// Without, those emptied spans' pages joined the block's at the footprint's
+// peak and waited for the decay (tesseract, docs/benchmarks.md, Stop 96).
+// Returns the bytes given back.
+uint64_t pool_pay_idle(uint64_t need);
 // Gives a free span (run_len 1) or run head (run_len n) back. Its state must
 // already be FREE; the caller must not touch it afterwards.
 void pool_give(Span* head, uint32_t run_len);
