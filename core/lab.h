@@ -728,7 +728,7 @@ void lab_reclaim(Lab* lab);
 enum class Collect { kKept, kAll };
 void lab_collect_current(Collect what);
 // Gives the calling thread's kept spans that have no block in use to the
-// span-pool, all at once (before a big block: alloc.cpp, large_block), where the
+// span-pool, all at once (a big block's fresh pages: alloc.cpp, large_block), where the
 // LAB would give them a few at each span it takes (release_empty_kept). The
 // same cases do nothing as for lab_collect_current. Returns their bytes.
 uint64_t lab_release_emptied_current();
