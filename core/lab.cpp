@@ -429,14 +429,22 @@ void kept_set(Lab* lab, unsigned c, unsigned i, Span* s) {
 
 // Gives kept span i of class c back with its list (it becomes FULL, PARTIAL or
 // FREE by its free count, span_release) and drops it from the array; a stale
-// entry (a freer took the span: span_unkeep fails) is only dropped.
-void kept_release(Lab* lab, unsigned c, unsigned i) {
+// entry (a freer took the span: span_unkeep fails) is only dropped. Returns
+// whether it gave the span back.
+bool kept_release(Lab* lab, unsigned c, unsigned i) {
   Span* k = lab->kept_at(c, i);
   kept_drop(lab, c, i);
-  if (!span_unkeep(k, lab, c)) return;
+  if (!span_unkeep(k, lab, c)) return false;
   uint32_t n = uint32_t(own_count(k));  // its list's length (kept)
   void* list = own_take(lab, k, c);
   span_release_counted(k, list, n);
+  return true;
+}
+
+// Whether lab's kept entry k of class c has no block in use, or is stale:
+// release_empty_kept and release_emptied_kept give those back.
+bool kept_emptied(const Lab* lab, unsigned c, const Span* k) {
+  return !kept_live(lab, c, k) || kept_free_count(k) >= k->carved.load(std::memory_order_relaxed);
 }
 
 // Span s becomes lab's hot span of class c: its owner's frees go onto free[c]
@@ -552,7 +560,7 @@ void release_empty_kept(Lab* lab) {
   // kept_release moves the last entry into i: i is looked at again.
   for (unsigned looked = 0; looked < kKeptLook && i < lab->kept_n[d]; looked++) {
     Span* k = lab->kept_at(d, i);
-    if (!kept_live(lab, d, k) || kept_free_count(k) >= k->carved.load(std::memory_order_relaxed))
+    if (kept_emptied(lab, d, k))
       kept_release(lab, d, i);  // empty, or stale: dropped
     else
       i++;
@@ -584,14 +592,10 @@ uint64_t release_emptied_kept(Lab* lab) {
     }
     // kept_release moves the last entry into i: i is looked at again.
     for (unsigned i = 0; i < lab->kept_n[c];) {
-      Span* k = lab->kept_at(c, i);
-      const bool live = kept_live(lab, c, k);
-      if (live && kept_free_count(k) < k->carved.load(std::memory_order_relaxed)) {
+      if (!kept_emptied(lab, c, lab->kept_at(c, i)))
         i++;
-        continue;
-      }
-      kept_release(lab, c, i);
-      if (live) gave += class_info(c).span_bytes;
+      else if (kept_release(lab, c, i))  // a stale entry is only dropped
+        gave += class_info(c).span_bytes;
     }
   }
   return gave;
@@ -923,13 +927,21 @@ void lab_reclaim(Lab* lab) {
   lab_collect_parked();
 }
 
+// The calling thread's LAB for a collect (lab_collect_current,
+// lab_release_emptied_current), given what its slot holds; nullptr when there
+// is none to collect (per-CPU mode, or inside a call on this thread: BUSY).
+// Secure mode keeps the SECURE placeholder in the slot between calls: the
+// thread's LAB is the one its exit registration holds (none before its first
+// call). Its chains hold what quarantine_flush just freed.
+static Lab* collected_lab(Lab* slot) {
+  Lab* lab = slot == &g_lab_secure ? static_cast<Lab*>(os::thread_exit_registered()) : slot;
+  return lab == nullptr || is_placeholder(lab) ? nullptr : lab;
+}
+
 void lab_collect_current(Collect what) {
   Lab* slot = lab_current();
-  // Secure mode keeps the SECURE placeholder in the slot between calls: the
-  // thread's LAB is the one its exit registration holds (none before its
-  // first call). Its chains hold what quarantine_flush just freed.
-  Lab* lab = slot == &g_lab_secure ? static_cast<Lab*>(os::thread_exit_registered()) : slot;
-  if (lab == nullptr || is_placeholder(lab)) return;
+  Lab* lab = collected_lab(slot);
+  if (lab == nullptr) return;
   lab_enter();
   if (what == Collect::kAll) {
     lab_reclaim(lab);
@@ -942,8 +954,8 @@ void lab_collect_current(Collect what) {
 
 uint64_t lab_release_emptied_current() {
   Lab* slot = lab_current();
-  Lab* lab = slot == &g_lab_secure ? static_cast<Lab*>(os::thread_exit_registered()) : slot;  // as above
-  if (lab == nullptr || is_placeholder(lab) || lab->kept_classes == 0) return 0;
+  Lab* lab = collected_lab(slot);
+  if (lab == nullptr || lab->kept_classes == 0) return 0;
   lab_enter();
   const uint64_t gave = release_emptied_kept(lab);
   lab_leave(slot);

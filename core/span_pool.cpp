@@ -539,6 +539,17 @@ void visit_held(uint32_t chain, SpanStack* from, Visit& visit) {
   }
 }
 
+// Gives back what span or run head s (held) commits past its first `keep`
+// bytes, taken off *need (down to 0) and added to *gave: the one count of
+// purge's gives and of the pays for fresh pages.
+void trim_counted(Span* s, uint64_t keep, uint64_t* need, uint64_t* gave) {
+  const uint64_t c = s->committed.load(std::memory_order_relaxed);
+  if (keep >= c) return;
+  *need = *need > c - keep ? *need - (c - keep) : 0;
+  *gave += c - keep;
+  span_trim(s, keep);
+}
+
 // Gives back the pages of every pooled span and run that came in with them
 // `delay` ms or more before `now`, and the tails of younger runs (taper,
 // below; `prev`: when the previous pass ran), and then, oldest first, of as
@@ -553,13 +564,7 @@ uint64_t purge(uint64_t now, uint64_t delay, uint64_t need, uint64_t prev) {
   uint64_t in_bucket[kBuckets] = {};
   auto bucket = [](uint64_t age) { return age == 0 ? 0u : 32u - unsigned(__builtin_clz(uint32_t(age))); };
   // Gives back what s holds past its first `keep` bytes, counted.
-  auto give_back = [&need, &gave](Span* s, uint64_t keep = 0) {
-    const uint64_t c = s->committed.load(std::memory_order_relaxed);
-    if (keep >= c) return;
-    need = need > c - keep ? need - (c - keep) : 0;
-    gave += c - keep;
-    span_trim(s, keep);
-  };
+  auto give_back = [&need, &gave](Span* s, uint64_t keep = 0) { trim_counted(s, keep, &need, &gave); };
   // One stack at a time: its spans are out of the pool only while this pass
   // looks at them, so other threads find the rest. (Holding the whole pool
   // while it gave back pages, a pass made every take meanwhile reserve and
@@ -691,10 +696,8 @@ static uint64_t pay_with_stranded(uint32_t n, uint64_t need) {
   // of n or more.
   auto visit = [n, &need, &gave](Span* s) {
     if (need == 0 || s->run_len.load(std::memory_order_relaxed) >= n || free_above(span_index(s))) return;
-    const uint64_t c = s->committed.load(std::memory_order_relaxed), part = c < need ? c : need;
-    span_trim(s, c - part);
-    need -= part;
-    gave += part;
+    const uint64_t c = s->committed.load(std::memory_order_relaxed);
+    trim_counted(s, c > need ? c - need : 0, &need, &gave);
   };
   for (unsigned f = 0; f < kFrontiers && need > 0; f++) {
     if (!has_runs(f)) continue;
@@ -723,10 +726,7 @@ uint64_t pool_pay_idle(uint64_t need) {
   auto visit = [&need, &gave](Span* s) {
     if (need == 0 || arena_frontier(span_index(s)) != kFrontierSpans) return;
     const uint64_t c = s->committed.load(std::memory_order_relaxed);
-    const uint64_t part = c < need || s->run_len.load(std::memory_order_relaxed) == 1 ? c : need;
-    span_trim(s, c - part);
-    need = need > part ? need - part : 0;
-    gave += part;
+    trim_counted(s, c > need && s->run_len.load(std::memory_order_relaxed) != 1 ? c - need : 0, &need, &gave);
   };
   for (unsigned t = kTiers - 1; t > 0 && need > 0; t--)
     for (unsigned i = 0; i < kMaxPoolStacks && need > 0; i++)
