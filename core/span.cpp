@@ -175,10 +175,12 @@ bool span_make_hot(Span* s, unsigned cls, Lab* lab) {
   const ClassInfo& ci = class_info(cls);
   span_set_use(s, cls);
   span_trim(s, ci.span_bytes);  // pages a bigger earlier use left behind
+  const uint64_t had = s->committed.load(std::memory_order_relaxed);
   if (!span_commit(s, ci.span_bytes)) {
     pool_give(s, 1);
     return false;
   }
+  if (ci.span_bytes > had) pool_pay_fresh(1, ci.span_bytes - had);  // fresh pages: idle ones go back
   uint32_t capacity = ci.capacity;
   uint32_t colour = 0;
   if (secure_mode()) {

@@ -550,6 +550,17 @@ void trim_counted(Span* s, uint64_t keep, uint64_t* need, uint64_t* gave) {
   span_trim(s, keep);
 }
 
+// Pages by age, in powers of two (ms): bucket b holds ages in [2^(b-1), 2^b).
+constexpr unsigned kAgeBuckets = 33;
+unsigned age_bucket(uint64_t age) { return age == 0 ? 0u : 32u - unsigned(__builtin_clz(uint32_t(age))); }
+// The lowest bucket from which on the oldest buckets, taken whole, cover
+// `need` bytes (the last of them in part): what goes back oldest first.
+unsigned oldest_cut(const uint64_t (&in_bucket)[kAgeBuckets], uint64_t need) {
+  unsigned cut = kAgeBuckets;
+  for (uint64_t sum = 0; need > sum && cut > 0;) sum += in_bucket[--cut];
+  return cut;
+}
+
 // Gives back the pages of every pooled span and run that came in with them
 // `delay` ms or more before `now`, and the tails of younger runs (taper,
 // below; `prev`: when the previous pass ran), and then, oldest first, of as
@@ -559,10 +570,7 @@ void trim_counted(Span* s, uint64_t keep, uint64_t* need, uint64_t* gave) {
 // g_purging.
 uint64_t purge(uint64_t now, uint64_t delay, uint64_t need, uint64_t prev) {
   uint64_t gave = 0;
-  // Ages by power of two (ms): bucket b holds ages in [2^(b-1), 2^b).
-  constexpr unsigned kBuckets = 33;
-  uint64_t in_bucket[kBuckets] = {};
-  auto bucket = [](uint64_t age) { return age == 0 ? 0u : 32u - unsigned(__builtin_clz(uint32_t(age))); };
+  uint64_t in_bucket[kAgeBuckets] = {};
   // Gives back what s holds past its first `keep` bytes, counted.
   auto give_back = [&need, &gave](Span* s, uint64_t keep = 0) { trim_counted(s, keep, &need, &gave); };
   // One stack at a time: its spans are out of the pool only while this pass
@@ -605,17 +613,16 @@ uint64_t purge(uint64_t now, uint64_t delay, uint64_t need, uint64_t prev) {
           return;
         }
         taper(s, age);
-        in_bucket[bucket(age)] += s->committed.load(std::memory_order_relaxed);
+        in_bucket[age_bucket(age)] += s->committed.load(std::memory_order_relaxed);
       },
       [] { return false; });
   if (need == 0) return gave;
   // The oldest buckets whole while they do not cover `need`, then the next one
   // in part (a span given back since the first look is age 0, the youngest).
-  unsigned cut = kBuckets;
-  for (uint64_t sum = 0; need > sum && cut > 0;) sum += in_bucket[--cut];
+  const unsigned cut = oldest_cut(in_bucket, need);
   pass(
       [&](Span* s) {
-        if (need > 0 && bucket(pool_age_ms(s, now)) >= cut) give_back(s);
+        if (need > 0 && age_bucket(pool_age_ms(s, now)) >= cut) give_back(s);
       },
       [&need] { return need == 0; });
   return gave;
@@ -710,7 +717,60 @@ static uint64_t pay_with_stranded(uint32_t n, uint64_t need) {
   return gave;
 }
 
-uint64_t pool_pay_fresh(uint32_t n, uint64_t bytes) { return n > kBigRunVspans ? pay_with_stranded(n, bytes) : 0; }
+// Fresh pages of small spans and of blocks of kBigRunVspans or fewer taken
+// since the last big block's take, that big blocks' runs have not paid for
+// (pay_with_idle_big), in bytes. A big take sets it to 0 (pool_take_run).
+std::atomic<uint64_t> g_idle_pay_owed{0};
+// What they pay at once, and what must be faulted in with no big block taken
+// meanwhile before a big blocks' run counts as idle: as much as the largest
+// block that is not a big one.
+constexpr uint64_t kIdlePayQuantum = kLastRunMax;
+
+// Idle pages (span_pool.h, pool_pay_fresh). A small span or short run that
+// faults in fresh pages found no single span and no run it may split: the
+// spans' frontier's runs are split before fresh pages are taken, and so are
+// big blocks' runs below a block in use, so the big blocks' runs left with
+// pages have free vspans above, which small blocks do not cut up
+// (pool_take_span). Once such fresh pages come to kIdlePayQuantum with no big
+// block taken meanwhile, those runs give back as many bytes, the last of their
+// pages, the oldest runs first (by age in powers of two, as purge's bound
+// does); claim_pay's cases drop what is owed. Why a big take starts the count
+// again: a program that takes big blocks as it goes reuses those runs (2,000
+// buffers of 5-25 MiB, each with small blocks allocated while it lived,
+// faulted in twice the pages when its small spans paid at any time). Returns
+// the bytes given back.
+static uint64_t pay_with_idle_big(uint64_t bytes) {
+  if (!has_runs(kFrontierBigRuns) || g_retained.load(std::memory_order_relaxed) == 0) return 0;
+  if (g_idle_pay_owed.fetch_add(bytes, std::memory_order_relaxed) + bytes < kIdlePayQuantum) return 0;
+  uint64_t need = g_idle_pay_owed.exchange(0, std::memory_order_relaxed);
+  if (need == 0 || !claim_pay()) return 0;
+  const uint64_t now = now_ms();
+  auto each_warm_big_stack = [](auto visit) {
+    for (uint32_t m = kBigRunVspans + 1; m <= kExactRuns; m++) visit(g_exact[kFrontierBigRuns][1][m]);
+    for (unsigned k = 6; k < kLogRuns; k++) visit(g_log[kFrontierBigRuns][1][k]);
+  };
+  uint64_t in_bucket[kAgeBuckets] = {};
+  auto weigh = [now, &in_bucket](Span* s) {
+    in_bucket[age_bucket(pool_age_ms(s, now))] += s->committed.load(std::memory_order_relaxed);
+  };
+  each_warm_big_stack([&weigh](SpanStack& st) { visit_held(grab(st, kNoIndex, &g_purge_rest), nullptr, weigh); });
+  const unsigned cut = oldest_cut(in_bucket, need);
+  uint64_t gave = 0;
+  auto pay = [now, cut, &need, &gave](Span* s) {
+    if (need == 0 || age_bucket(pool_age_ms(s, now)) < cut) return;
+    const uint64_t c = s->committed.load(std::memory_order_relaxed);
+    trim_counted(s, c > need ? c - need : 0, &need, &gave);
+  };
+  each_warm_big_stack([&pay, &need](SpanStack& st) {
+    if (need > 0) visit_held(grab(st, kNoIndex, &g_purge_rest), nullptr, pay);
+  });
+  end_purge();
+  return gave;
+}
+
+uint64_t pool_pay_fresh(uint32_t n, uint64_t bytes) {
+  return n > kBigRunVspans ? pay_with_stranded(n, bytes) : pay_with_idle_big(bytes);
+}
 
 // Single spans' pages (whole: a single span's stack is by its pages,
 // span_pool.h) and the tail pages of the spans' frontier's short runs, until
@@ -919,6 +979,9 @@ static bool merge_worth_it(uint32_t n, uint64_t want, uint64_t given, uint64_t a
 Span* pool_take_run(uint32_t n, uint64_t want) {
   if (Span* s = take_last(n)) return s;
   if (n == 1) return pool_take_span(want);
+  // A big take: big blocks' runs are in use, not idle (pay_with_idle_big).
+  if (n > kBigRunVspans && g_idle_pay_owed.load(std::memory_order_relaxed) != 0)
+    g_idle_pay_owed.store(0, std::memory_order_relaxed);
   maybe_purge();
   // Warm runs first when pages are wanted: a longer run with pages is split
   // before a clean one that fits is faulted in, and before either, the free

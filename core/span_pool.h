@@ -117,15 +117,23 @@ Span* pool_take_run(uint32_t n, uint64_t want);
 // gathers the whole pool to find them, as a merge does: worth it when the
 // block's growth would copy or fault in more pages than the pool has spans.
 uint32_t pool_take_after(uint32_t end, uint32_t least, uint32_t most, uint64_t* pages);
-// A big block (a run of n > kBigRunVspans vspans) has just faulted in `bytes`
-// of fresh pages (large_alloc): the pool gives back as many bytes of the pages
-// of big blocks' runs (longer than kBigRunVspans) that could not serve it and
-// cannot grow, lying below a block in use (free_above). Such a run waits for a
-// block no longer than it, while the program's bigger blocks take fresh pages
-// beside it: allocate 40 MiB, then 50, free the 40 and allocate 50 again, and
-// the heap held 140 MiB (glibc and mimalloc 100). Returns the bytes given
-// back (0 for a block of kBigRunVspans or fewer, which last-run slots and
-// small blocks' runs serve).
+// A run of n vspans (a large block's, or a small span's: n = 1) has just
+// faulted in `bytes` of fresh pages (large_alloc, span_make_hot): the pool
+// gives back as many bytes of pages that wait for a use they may not get.
+// - A big block (n > kBigRunVspans): of big blocks' runs (longer than
+//   kBigRunVspans) that could not serve it and cannot grow, lying below a
+//   block in use (free_above). Such a run waits for a block no longer than
+//   it, while the program's bigger blocks take fresh pages beside it:
+//   allocate 40 MiB, then 50, free the 40 and allocate 50 again, and the heap
+//   held 140 MiB (glibc and mimalloc 100).
+// - A small span or a block of kBigRunVspans or fewer: of big blocks' runs
+//   (the oldest first), once such fresh pages come to a quantum. A program
+//   that frees its big blocks and then builds a heap of small ones faulted
+//   that heap in beside the freed runs' pages, which small spans do not take
+//   from a run with free vspans above it, until the decay gave them back: R
+//   peaked at 390-412 MiB in about one run in eight, 355-367 in the others
+//   (mimalloc 347; docs/benchmarks.md, Stop 97).
+// Returns the bytes given back.
 uint64_t pool_pay_fresh(uint32_t n, uint64_t bytes);
 // What a big block's fresh pages left unpaid (pool_pay_fresh), up to the bytes
 // of the emptied spans its thread gave to the pool after it (alloc.cpp,

@@ -667,6 +667,79 @@ TEST_CASE("a big block's freed run below a block in use serves single spans with
   CHECK(arena_is_valid());
 }
 
+TEST_CASE("small blocks' fresh spans are paid with a big block's freed run that they do not cut up") {
+  // A big block at its frontier's top (free vspans above: single spans are not
+  // split off its run), written, then freed with its pages. Small blocks then
+  // take fresh spans from the other frontier, 8 MiB of them, with no big block
+  // taken meanwhile. The run pays for them with its last pages, a quantum
+  // (kLastRunMax) at a time, so the heap's committed bytes stay within a
+  // quantum and a span of where they were, instead of holding the freed
+  // run's pages and the small blocks' both until the decay (R's peak,
+  // docs/benchmarks.md, Stop 97). The run stays whole, its pages a prefix.
+  constexpr size_t kBig = size_t(kBigRunVspans + 16) * kVspanSize;
+  void* big = fw_malloc(kBig);
+  REQUIRE(big != nullptr);
+  std::memset(big, 1, kBig);
+  Span* run = span_of(big);
+  const uint32_t n = run->run_len.load();
+  REQUIRE(arena_frontier(span_index(run)) == kFrontierBigRuns);
+  REQUIRE(end_in_region(run, n) == fresh_from(run));  // a new process: nothing above it
+  fw_free(big);                                       // more than a last-run slot keeps: to the stacks, with its pages
+  REQUIRE(run->committed.load() >= kBig);
+  const uint64_t committed = committed_bytes();
+  constexpr size_t kBlock = 1024, kSmall = size_t(8) << 20;
+  std::vector<void*> small;
+  for (size_t k = 0; k < kSmall / kBlock; k++) {
+    small.push_back(fw_malloc(kBlock));
+    REQUIRE(small.back() != nullptr);
+    CHECK(arena_frontier(span_index(span_of(small.back()))) == kFrontierSpans);
+  }
+  CHECK(committed_bytes() <= committed + kLastRunMax + kVspanSize);
+  CHECK(run->run_len.load() == n);  // whole, not cut up
+  CHECK(run->committed.load() <= kBig - kLastRunMax);
+  CHECK(run->committed.load() % os::page_size() == 0);
+  for (void* p : small) fw_free(p);
+  CHECK(pool_is_valid());
+  CHECK(arena_is_valid());
+}
+
+TEST_CASE("small blocks' fresh spans do not pay with big blocks' runs while big blocks are taken between them") {
+  // As above, but another big block, below the freed run, is freed and taken
+  // again after every 1 MiB of small blocks: big blocks' runs are in use, and
+  // the freed run keeps its pages for them (a program that allocates a buffer
+  // and small blocks beside it, again and again, faulted in twice the pages
+  // when its small spans paid at any time).
+  constexpr size_t kBig = size_t(kBigRunVspans + 16) * kVspanSize, kOther = size_t(kBigRunVspans + 4) * kVspanSize;
+  void* other = fw_malloc(kOther);
+  void* big = fw_malloc(kBig);
+  REQUIRE((other != nullptr && big != nullptr));
+  std::memset(big, 1, kBig);
+  std::memset(other, 1, kOther);
+  Span* run = span_of(big);
+  REQUIRE(arena_frontier(span_index(run)) == kFrontierBigRuns);
+  REQUIRE(end_in_region(run, run->run_len.load()) == fresh_from(run));
+  fw_free(big);
+  REQUIRE(run->committed.load() >= kBig);
+  constexpr size_t kBlock = 1024, kSmall = size_t(8) << 20, kEvery = size_t(1) << 20;
+  std::vector<void*> small;
+  for (size_t k = 0; k < kSmall / kBlock; k++) {
+    small.push_back(fw_malloc(kBlock));
+    REQUIRE(small.back() != nullptr);
+    if ((k + 1) % (kEvery / kBlock) == 0) {
+      Span* was = span_of(other);
+      fw_free(other);
+      other = fw_malloc(kOther);
+      REQUIRE(other != nullptr);
+      CHECK(span_of(other) == was);  // its own run again
+    }
+  }
+  CHECK(run->committed.load() >= kBig);
+  fw_free(other);
+  for (void* p : small) fw_free(p);
+  CHECK(pool_is_valid());
+  CHECK(arena_is_valid());
+}
+
 TEST_CASE(
     "a merge for a short run leaves big blocks' freed runs as they are, and the next big blocks take their pages where "
     "they lie") {
