@@ -718,27 +718,30 @@ static uint64_t pay_with_stranded(uint32_t n, uint64_t need) {
 }
 
 // Fresh pages of small spans and of blocks of kBigRunVspans or fewer taken
-// since the last big block's take, that big blocks' runs have not paid for
-// (pay_with_idle_big), in bytes. A big take sets it to 0 (pool_take_run).
+// since the last big block's take from the pool, that big blocks' runs have
+// not paid for (pay_with_idle_big), in bytes. Such a take sets it to 0
+// (pool_take_run; a big block grown in place, or a huge one, does not).
 std::atomic<uint64_t> g_idle_pay_owed{0};
 // What they pay at once, and what must be faulted in with no big block taken
 // meanwhile before a big blocks' run counts as idle: as much as the largest
 // block that is not a big one.
 constexpr uint64_t kIdlePayQuantum = kLastRunMax;
 
-// Idle pages (span_pool.h, pool_pay_fresh). A small span or short run that
-// faults in fresh pages found no single span and no run it may split: the
-// spans' frontier's runs are split before fresh pages are taken, and so are
-// big blocks' runs below a block in use, so the big blocks' runs left with
-// pages have free vspans above, which small blocks do not cut up
-// (pool_take_span). Once such fresh pages come to kIdlePayQuantum with no big
-// block taken meanwhile, those runs give back as many bytes, the last of their
-// pages, the oldest runs first (by age in powers of two, as purge's bound
-// does); claim_pay's cases drop what is owed. Why a big take starts the count
-// again: a program that takes big blocks as it goes reuses those runs (2,000
-// buffers of 5-25 MiB, each with small blocks allocated while it lived,
-// faulted in twice the pages when its small spans paid at any time). Returns
-// the bytes given back.
+// Idle pages (span_pool.h, pool_pay_fresh). Counted: every page a small span
+// (span_make_hot) or a block of kBigRunVspans or fewer (large_alloc) commits
+// past what its span or run held, fresh vspans' and pooled pieces' without
+// pages alike. Big blocks' warm runs are what a small take does not use: it
+// splits the spans' frontier's runs before fresh vspans, and big blocks' runs
+// below a block in use, but not those with free vspans above, which small
+// blocks do not cut up (pool_take_span). Once the count comes to
+// kIdlePayQuantum with no big block taken meanwhile, those runs give back as
+// many bytes, the last of their pages: the runs in the oldest age buckets (by
+// powers of two, as purge's bound pass) first, in stack order within the last
+// bucket it reaches. claim_pay's cases drop what is owed. Why a big take
+// starts the count again: a program that takes big blocks as it goes reuses
+// those runs (2,000 buffers of 5-25 MiB, each with small blocks allocated
+// while it lived, faulted in twice the pages when its small spans paid at any
+// time). Returns the bytes given back.
 static uint64_t pay_with_idle_big(uint64_t bytes) {
   if (!has_runs(kFrontierBigRuns) || g_retained.load(std::memory_order_relaxed) == 0) return 0;
   if (g_idle_pay_owed.fetch_add(bytes, std::memory_order_relaxed) + bytes < kIdlePayQuantum) return 0;

@@ -129,14 +129,13 @@ uint32_t pool_take_after(uint32_t end, uint32_t least, uint32_t most, uint64_t* 
 //   allocate 40 MiB, then 50, free the 40 and allocate 50 again, and the heap
 //   held 140 MiB (glibc and mimalloc 100).
 // - A small span or a block of kBigRunVspans or fewer: of big blocks' runs
-//   (the oldest first), once such fresh pages come to a quantum with no big
-//   block taken meanwhile (a big block's take shows those runs in use). A
-//   program that frees its big blocks and then builds a heap of small ones
-//   faulted that heap in beside the freed runs' pages, which small spans do
-//   not take from a run with free vspans above it, until the decay gave them
-//   back: R
-//   peaked at 394-406 MiB in 4 runs of 26, 347-361 in the others (mimalloc
-//   341-347; docs/benchmarks.md, Stop 97).
+//   (the oldest age buckets first), once such fresh pages come to a quantum
+//   with no big block taken meanwhile (a big block's take shows those runs
+//   in use). A program that frees its big blocks and then builds a heap of
+//   small ones faulted that heap in beside the freed runs' pages, which small
+//   spans do not take from a run with free vspans above it, until the decay
+//   gave them back: R peaked at 394-406 MiB in 4 runs of 26, 347-361 in the
+//   others, and now at 344-350 (mimalloc 341-347; docs/benchmarks.md, Stop 97).
 // Returns the bytes given back.
 uint64_t pool_pay_fresh(uint32_t n, uint64_t bytes);
 // What a big block's fresh pages left unpaid (pool_pay_fresh), up to the bytes
