@@ -687,9 +687,10 @@ TEST_CASE("small blocks' fresh spans are paid with a big block's freed run that 
   fw_free(big);                                       // more than a last-run slot keeps: to the stacks, with its pages
   REQUIRE(run->committed.load() >= kBig);
   const uint64_t committed = committed_bytes();
-  constexpr size_t kBlock = 1024, kSmall = size_t(8) << 20;
+  constexpr size_t kBlock = 1024, kSmall = size_t(8) << 20, kBelowQuantum = size_t(3) << 20;
   std::vector<void*> small;
   for (size_t k = 0; k < kSmall / kBlock; k++) {
+    if (k == kBelowQuantum / kBlock) CHECK(run->committed.load() >= kBig);  // less than a quantum owed: no pay yet
     small.push_back(fw_malloc(kBlock));
     REQUIRE(small.back() != nullptr);
     CHECK(arena_frontier(span_index(span_of(small.back()))) == kFrontierSpans);
