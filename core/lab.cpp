@@ -441,6 +441,14 @@ bool kept_release(Lab* lab, unsigned c, unsigned i) {
   return true;
 }
 
+// lab_return_kept_frees for class c, noting the list's frees it has seen
+// (kept_seen): release_empty_kept and release_emptied_kept return a list's
+// blocks of kept spans only after frees since.
+void return_kept_frees_seen(Lab* lab, unsigned c) {
+  lab_return_kept_frees(lab, c);
+  lab->kept_seen[c].frees = lab->lists[c].frees.load(std::memory_order_relaxed);
+}
+
 // Whether lab's kept entry k of class c has no block in use, or is stale:
 // release_empty_kept and release_emptied_kept give those back.
 bool kept_emptied(const Lab* lab, unsigned c, const Span* k) {
@@ -553,8 +561,7 @@ void release_empty_kept(Lab* lab) {
   const uint64_t allocs = lab->lists[d].allocs.load(std::memory_order_relaxed);
   if (allocs == lab->kept_seen[d].allocs &&
       lab->lists[d].frees.load(std::memory_order_relaxed) != lab->kept_seen[d].frees) {
-    lab_return_kept_frees(lab, d);
-    lab->kept_seen[d].frees = lab->lists[d].frees.load(std::memory_order_relaxed);
+    return_kept_frees_seen(lab, d);
   }
   lab->kept_seen[d].allocs = allocs;
   // kept_release moves the last entry into i: i is looked at again.
@@ -586,10 +593,7 @@ uint64_t release_emptied_kept(Lab* lab) {
   uint64_t gave = 0;
   for (uint64_t classes = lab->kept_classes; classes != 0; classes &= classes - 1) {
     const unsigned c = unsigned(__builtin_ctzll(classes));
-    if (lab->lists[c].frees.load(std::memory_order_relaxed) != lab->kept_seen[c].frees) {
-      lab_return_kept_frees(lab, c);
-      lab->kept_seen[c].frees = lab->lists[c].frees.load(std::memory_order_relaxed);
-    }
+    if (lab->lists[c].frees.load(std::memory_order_relaxed) != lab->kept_seen[c].frees) return_kept_frees_seen(lab, c);
     // kept_release moves the last entry into i: i is looked at again.
     for (unsigned i = 0; i < lab->kept_n[c];) {
       if (!kept_emptied(lab, c, lab->kept_at(c, i)))

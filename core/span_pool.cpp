@@ -550,6 +550,14 @@ void trim_counted(Span* s, uint64_t keep, uint64_t* need, uint64_t* gave) {
   span_trim(s, keep);
 }
 
+// The last of the pages of span or run head s (held), up to *need bytes of
+// them (a run's pages stay a prefix), given back and counted (trim_counted):
+// what each pay for fresh pages takes from a run.
+void trim_tail_counted(Span* s, uint64_t* need, uint64_t* gave) {
+  const uint64_t c = s->committed.load(std::memory_order_relaxed);
+  trim_counted(s, c > *need ? c - *need : 0, need, gave);
+}
+
 // Pages by age, in powers of two (ms): bucket b holds ages in [2^(b-1), 2^b).
 constexpr unsigned kAgeBuckets = 33;
 unsigned age_bucket(uint64_t age) { return age == 0 ? 0u : 32u - unsigned(__builtin_clz(uint32_t(age))); }
@@ -694,25 +702,29 @@ static bool claim_pay() {
 // none), those below a block in use (not free_above) give back the last of
 // their pages (a run's pages stay a prefix), until `need` bytes are given back
 // or none is left (claim_pay's cases do nothing). Returns the bytes given back.
-static_assert(kBigRunVspans < kExactRuns, "pay_with_stranded's stacks: exact lengths past kBigRunVspans, then g_log");
+// The pays' look at big blocks' runs (pay_with_stranded, pay_with_idle_big):
+// visit_held on the stacks of frontier f's warm runs longer than
+// kBigRunVspans that may hold runs shorter than `below` (exact lengths from
+// kBigRunVspans + 1, then power-of-two levels from 64, which may also hold
+// longer ones), until done() before a stack. The caller holds g_purging.
+static_assert(kBigRunVspans < kExactRuns, "the big runs' stacks: exact lengths past kBigRunVspans, then g_log");
+template <class Visit, class Done>
+static void visit_warm_big_runs(unsigned f, uint32_t below, Visit& visit, Done done) {
+  for (uint32_t m = kBigRunVspans + 1; m <= kExactRuns && m < below && !done(); m++)
+    visit_held(grab(g_exact[f][1][m], kNoIndex, &g_purge_rest), nullptr, visit);
+  for (unsigned k = 6; k < kLogRuns && (1u << k) < below && !done(); k++)
+    visit_held(grab(g_log[f][1][k], kNoIndex, &g_purge_rest), nullptr, visit);
+}
+
 static uint64_t pay_with_stranded(uint32_t n, uint64_t need) {
   if (!claim_pay()) return 0;
   uint64_t gave = 0;
-  // The stacks below hold runs longer than kBigRunVspans only (exact lengths
-  // from kBigRunVspans + 1, power-of-two levels from 64); a level may hold runs
-  // of n or more.
   auto visit = [n, &need, &gave](Span* s) {
     if (need == 0 || s->run_len.load(std::memory_order_relaxed) >= n || free_above(span_index(s))) return;
-    const uint64_t c = s->committed.load(std::memory_order_relaxed);
-    trim_counted(s, c > need ? c - need : 0, &need, &gave);
+    trim_tail_counted(s, &need, &gave);
   };
-  for (unsigned f = 0; f < kFrontiers && need > 0; f++) {
-    if (!has_runs(f)) continue;
-    for (uint32_t m = kBigRunVspans + 1; m <= kExactRuns && m < n && need > 0; m++)
-      visit_held(grab(g_exact[f][1][m], kNoIndex, &g_purge_rest), nullptr, visit);
-    for (unsigned k = 6; k < kLogRuns && (1u << k) < n && need > 0; k++)
-      visit_held(grab(g_log[f][1][k], kNoIndex, &g_purge_rest), nullptr, visit);
-  }
+  for (unsigned f = 0; f < kFrontiers && need > 0; f++)
+    if (has_runs(f)) visit_warm_big_runs(f, n, visit, [&need] { return need == 0; });
   end_purge();
   return gave;
 }
@@ -748,25 +760,18 @@ static uint64_t pay_with_idle_big(uint64_t bytes) {
   uint64_t need = g_idle_pay_owed.exchange(0, std::memory_order_relaxed);
   if (need == 0 || !claim_pay()) return 0;
   const uint64_t now = now_ms();
-  auto each_warm_big_stack = [](auto visit) {
-    for (uint32_t m = kBigRunVspans + 1; m <= kExactRuns; m++) visit(g_exact[kFrontierBigRuns][1][m]);
-    for (unsigned k = 6; k < kLogRuns; k++) visit(g_log[kFrontierBigRuns][1][k]);
-  };
+  constexpr uint32_t kAnyLength = UINT32_MAX;
   uint64_t in_bucket[kAgeBuckets] = {};
   auto weigh = [now, &in_bucket](Span* s) {
     in_bucket[age_bucket(pool_age_ms(s, now))] += s->committed.load(std::memory_order_relaxed);
   };
-  each_warm_big_stack([&weigh](SpanStack& st) { visit_held(grab(st, kNoIndex, &g_purge_rest), nullptr, weigh); });
+  visit_warm_big_runs(kFrontierBigRuns, kAnyLength, weigh, [] { return false; });
   const unsigned cut = oldest_cut(in_bucket, need);
   uint64_t gave = 0;
   auto pay = [now, cut, &need, &gave](Span* s) {
-    if (need == 0 || age_bucket(pool_age_ms(s, now)) < cut) return;
-    const uint64_t c = s->committed.load(std::memory_order_relaxed);
-    trim_counted(s, c > need ? c - need : 0, &need, &gave);
+    if (need > 0 && age_bucket(pool_age_ms(s, now)) >= cut) trim_tail_counted(s, &need, &gave);
   };
-  each_warm_big_stack([&pay, &need](SpanStack& st) {
-    if (need > 0) visit_held(grab(st, kNoIndex, &g_purge_rest), nullptr, pay);
-  });
+  visit_warm_big_runs(kFrontierBigRuns, kAnyLength, pay, [&need] { return need == 0; });
   end_purge();
   return gave;
 }
@@ -788,8 +793,10 @@ uint64_t pool_pay_idle(uint64_t need) {
   uint64_t gave = 0;
   auto visit = [&need, &gave](Span* s) {
     if (need == 0 || arena_frontier(span_index(s)) != kFrontierSpans) return;
-    const uint64_t c = s->committed.load(std::memory_order_relaxed);
-    trim_counted(s, c > need && s->run_len.load(std::memory_order_relaxed) != 1 ? c - need : 0, &need, &gave);
+    if (s->run_len.load(std::memory_order_relaxed) == 1)
+      trim_counted(s, 0, &need, &gave);  // whole
+    else
+      trim_tail_counted(s, &need, &gave);
   };
   for (unsigned t = kTiers - 1; t > 0 && need > 0; t--)
     for (unsigned i = 0; i < kMaxPoolStacks && need > 0; i++)
