@@ -225,6 +225,41 @@ Span* acquire_span(Lab* lab, unsigned c, void** list) {
   return s;
 }
 
+// The allocations lab's holders have made, all classes (a figure: relaxed loads).
+uint64_t lab_allocs(const Lab* lab) {
+  uint64_t n = 0;
+  for (unsigned c = 0; c < kClassCount; c++) n += lab_allocs_of(lab, c);
+  return n;
+}
+
+// The LAB that owns the block a thread's first call frees (handed to it), if
+// that LAB is parked, or is parked while this thread offers its CPU to other
+// threads: nullptr otherwise. The owner still bound is most often a thread
+// that created this one and is on its way out (a server replacing a worker,
+// Larson's), which parks its LAB a few microseconds later; a successor that
+// binds an idle LAB instead starts a cache of its own beside the dead one's,
+// whose spans drain through the span-pool as it frees the blocks it was
+// handed (docs/design.md, "Thread exit, parking and adoption"). When the two
+// share a CPU the owner runs only once this thread yields, and one yield is
+// not enough: under Linux's scheduler (EEVDF) a new thread yielded 2 to 4
+// times before its creator, spinning on the same CPU, reached its exit (in 200
+// tries of 200; 4 with the whole process on one CPU). So it yields up to
+// kHandoffYields times, and stops as soon as the owner allocates: it is at
+// work, not on its way out (a thread that starts workers and hands each a
+// block). Yields, not a wait: each is one system call that returns at once
+// when no other thread is ready to run, and no thread waits for another.
+Lab* take_handed(Lab* from) {
+  uint64_t seen = 0;
+  for (unsigned i = 0;; i++) {
+    if (Lab* lab = unpark_this(from)) return lab;
+    if (i == kHandoffYields || from->kind.load(std::memory_order_relaxed) != kLabThread) return nullptr;
+    const uint64_t allocs = lab_allocs(from);
+    if (i > 0 && allocs != seen) return nullptr;
+    seen = allocs;
+    os::yield_cpu();
+  }
+}
+
 }  // namespace
 
 Lab* lab_bind_thread(Lab* handed_from) {
@@ -234,7 +269,8 @@ Lab* lab_bind_thread(Lab* handed_from) {
   if (Lab* bound = static_cast<Lab*>(os::thread_exit_registered())) return bound;
   // A thread whose first call frees a block was most likely handed it by a
   // thread that exits or has exited: it takes the LAB that owns the block's
-  // span if that LAB is parked, and otherwise (its thread has not exited yet)
+  // span if that LAB is parked or parks while this thread yields once
+  // (take_handed), and otherwise (its thread has not exited yet)
   // one from the idle stack, never the LAB another thread's exit parked for
   // its own successor. Taking the one parked last, a Larson server's
   // successors (4 threads on 2 cores) often took each other's LABs, and each
@@ -242,7 +278,7 @@ Lab* lab_bind_thread(Lab* handed_from) {
   // blocks lay on 4,197 distinct pages, 3,444 with this rule and 3,589 under
   // mimalloc (medians of 8 runs; docs/design.md, "Thread exit, parking and
   // adoption").
-  Lab* lab = handed_from != nullptr ? unpark_this(handed_from) : unpark();
+  Lab* lab = handed_from != nullptr ? take_handed(handed_from) : unpark();
   if (lab == nullptr) lab = lab_take();
   if (lab == nullptr) return nullptr;
   lab->kind.store(kLabThread, std::memory_order_relaxed);

@@ -132,6 +132,7 @@ constexpr uint64_t kLabQuarantineBytes = 1u << 20;
 constexpr unsigned kMaxParked = 64;
 constexpr uint64_t kParkedNs = 100u * 1000 * 1000;  // 100 ms
 constexpr uint64_t kParkedCheckEvery = 64;          // span-pool acquisitions between looks at the parked LABs
+constexpr unsigned kHandoffYields = 8;              // a successor's yields for its predecessor's LAB (lab_bind_thread)
 
 // Kept spans. When a LAB's hot span of class c has no block left
 // to give, the LAB does not let it float (HOT -> FULL, after which even its own
