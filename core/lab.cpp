@@ -234,25 +234,30 @@ uint64_t lab_allocs(const Lab* lab) {
 
 // The LAB that owns the block a thread's first call frees (handed to it), if
 // that LAB is parked, or is parked while this thread offers its CPU to other
-// threads: nullptr otherwise. The owner still bound is most often a thread
-// that created this one and is on its way out (a server replacing a worker,
+// threads: nullptr otherwise. The owner still bound is often a thread that
+// created this one and is on its way out (a server replacing a worker,
 // Larson's), which parks its LAB a few microseconds later; a successor that
 // binds an idle LAB instead starts a cache of its own beside the dead one's,
 // whose spans drain through the span-pool as it frees the blocks it was
 // handed (docs/design.md, "Thread exit, parking and adoption"). When the two
 // share a CPU the owner runs only once this thread yields, and one yield is
-// not enough: under Linux's scheduler (EEVDF) a new thread yielded 2 to 4
-// times before its creator, spinning on the same CPU, reached its exit (in 200
-// tries of 200; 4 with the whole process on one CPU). So it yields up to
-// kHandoffYields times, and stops as soon as the owner allocates: it is at
-// work, not on its way out (a thread that starts workers and hands each a
-// block). Yields, not a wait: each is one system call that returns at once
-// when no other thread is ready to run, and no thread waits for another.
+// not enough under Linux's scheduler (EEVDF): in 200 tries of 200, a new
+// thread yielded 2 to 4 times before its creator, spinning on the same CPU,
+// reached its exit (4 with the whole process on one CPU). So it yields up to
+// kHandoffYields times, and stops at the first look that finds the owner's
+// small-block allocations moved: it is at work, not on its way out (a thread
+// that starts workers and hands each a block). An owner that lives on without
+// allocating (waiting for the new thread, say) costs all the yields: one
+// system call each when no other thread is ready to run on this CPU, and
+// otherwise up to the rest of a time slice each, given to such a thread.
+// Bounded whatever the owner does, and no lock is held meanwhile. A LAB seen
+// parked (park stores its kind before it fills the slot) is looked for again.
 Lab* take_handed(Lab* from) {
   uint64_t seen = 0;
   for (unsigned i = 0;; i++) {
     if (Lab* lab = unpark_this(from)) return lab;
-    if (i == kHandoffYields || from->kind.load(std::memory_order_relaxed) != kLabThread) return nullptr;
+    const uint32_t kind = from->kind.load(std::memory_order_relaxed);
+    if (i == kHandoffYields || (kind != kLabThread && kind != kLabParked)) return nullptr;
     const uint64_t allocs = lab_allocs(from);
     if (i > 0 && allocs != seen) return nullptr;
     seen = allocs;
@@ -269,7 +274,7 @@ Lab* lab_bind_thread(Lab* handed_from) {
   if (Lab* bound = static_cast<Lab*>(os::thread_exit_registered())) return bound;
   // A thread whose first call frees a block was most likely handed it by a
   // thread that exits or has exited: it takes the LAB that owns the block's
-  // span if that LAB is parked or parks while this thread yields once
+  // span if that LAB is parked or parks while this thread yields
   // (take_handed), and otherwise (its thread has not exited yet)
   // one from the idle stack, never the LAB another thread's exit parked for
   // its own successor. Taking the one parked last, a Larson server's

@@ -689,7 +689,9 @@ FW_INLINE void own_push_fast(Span* s, void* p) {
 // A LAB bound to the calling thread (released at its exit); nullptr if no
 // memory. handed_from: for a thread whose first call is a free, the owner of
 // the freed block's span (nullptr for none, or for a first malloc). The LAB is
-// handed_from if it is parked; else, for a first free, one from the idle
+// handed_from if it is parked, or is parked while the caller yields its CPU (up
+// to kHandoffYields times, while handed_from's thread is bound and does not
+// allocate: lab.cpp, take_handed); else, for a first free, one from the idle
 // stack; for a first malloc, the LAB parked last.
 Lab* lab_bind_thread(Lab* handed_from = nullptr);
 // A LAB for one operation; give it back with lab_put_transient.

@@ -901,7 +901,10 @@ TEST_CASE(
     }
   });
   p.join();
-  if (!pinned.load()) return;  // no affinity on this platform
+  if (!pinned.load()) {
+    MESSAGE("skipped: no CPU affinity on this platform");
+    return;
+  }
   successor.join();
   CHECK(got.load() == pred.load());
   fw_collect();
