@@ -166,6 +166,7 @@ void* malloc_slow_thread(size_t n, Lab* lab, unsigned c) {
   if (is_placeholder(lab)) {
     p = alloc_transient(c);
   } else {
+    if (lab_has_handed(lab)) lab = lab_adopt_handed(lab);
     p = lab_refill(lab, c);
   }
   lab_leave(lab);

@@ -172,12 +172,14 @@ void free_slow_thread(void* p, Lab* lab, Span* d) {
   // A thread's first call, a free, binds the LAB of p's span if it is parked (lab.h).
   Lab* mine = lab_own(lab, d->owner.load(std::memory_order_relaxed));
   free_with(mine, p, d, false);
+  if (lab_has_handed(mine)) mine = lab_adopt_handed(mine);
   lab_leave(lab_slot_after(mine));
 }
 
 void free_chain_full(void* p, Lab* lab, Span* d) {
   lab->pending[pending_slot_in(lab, d)].room = 1;  // the fast path's decrement found it 1 (free.h)
   lab_defer_free(lab, d, p);  // counted as its chain goes to d (chain_flush)
+  if (lab_has_handed(lab)) lab = lab_adopt_handed(lab);
   lab_leave(lab);
 }
 

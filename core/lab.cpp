@@ -83,6 +83,7 @@ Lab* lab_take() {
 }
 
 void lab_put(Lab* lab) {
+  lab->handed = nullptr;
   lab->kind.store(kLabIdle, std::memory_order_relaxed);
   g_idle.push(lab->id);
 }
@@ -109,6 +110,7 @@ unsigned parked_slots() {
 
 // Parks lab (its holder's last act, at thread exit): false if every slot is taken.
 bool park(Lab* lab) {
+  lab->handed = nullptr;  // its next holder's to set
   lab->parked_at.store(os::now_ns(), std::memory_order_relaxed);
   lab->kind.store(kLabParked, std::memory_order_relaxed);
   for (unsigned i = 0, n = parked_slots(); i < n; i++) {
@@ -180,6 +182,17 @@ void release_parked(Lab* o) {
   if (unpark_this(o) != nullptr) release_taken(o);  // else taken or released meanwhile
 }
 
+// lab frees into a span of parked LAB o. A thread's LAB names o as its
+// handed LAB, which its slow path's last step takes or releases
+// (lab_adopt_handed); any other LAB releases o now.
+void parked_owner_seen(Lab* lab, Lab* o) {
+  if (lab->kind.load(std::memory_order_relaxed) == kLabThread && !secure_mode()) {
+    lab->handed = o;
+  } else {
+    release_parked(o);
+  }
+}
+
 void expire_old_parked() {
   uint64_t now = os::now_ns();
   if (now > kParkedNs) expire_parked(now - kParkedNs);
@@ -225,44 +238,12 @@ Span* acquire_span(Lab* lab, unsigned c, void** list) {
   return s;
 }
 
-// The allocations lab's holders have made, all classes (a figure: relaxed loads).
-uint64_t lab_allocs(const Lab* lab) {
-  uint64_t n = 0;
-  for (unsigned c = 0; c < kClassCount; c++) n += lab_allocs_of(lab, c);
+// The spans lab holds, hot and kept, all classes (a figure: relaxed loads of
+// another LAB's fields; kept entries may be stale).
+unsigned lab_spans_held(const Lab* lab) {
+  unsigned n = 0;
+  for (unsigned c = 0; c < kClassCount; c++) n += unsigned(lab->hot[c] != nullptr) + lab->kept_n[c];
   return n;
-}
-
-// The LAB that owns the block a thread's first call frees (handed to it), if
-// that LAB is parked, or is parked while this thread offers its CPU to other
-// threads: nullptr otherwise. The owner still bound is often a thread that
-// created this one and is on its way out (a server replacing a worker,
-// Larson's), which parks its LAB a few microseconds later; a successor that
-// binds an idle LAB instead starts a cache of its own beside the dead one's,
-// whose spans drain through the span-pool as it frees the blocks it was
-// handed (docs/design.md, "Thread exit, parking and adoption"). When the two
-// share a CPU the owner runs only once this thread yields, and one yield is
-// not enough under Linux's scheduler (EEVDF): in 200 tries of 200, a new
-// thread yielded 2 to 4 times before its creator, spinning on the same CPU,
-// reached its exit (4 with the whole process on one CPU). So it yields up to
-// kHandoffYields times, and stops at the first look that finds the owner's
-// small-block allocations moved: it is at work, not on its way out (a thread
-// that starts workers and hands each a block). An owner that lives on without
-// allocating (waiting for the new thread, say) costs all the yields: one
-// system call each when no other thread is ready to run on this CPU, and
-// otherwise up to the rest of a time slice each, given to such a thread.
-// Bounded whatever the owner does, and no lock is held meanwhile. A LAB seen
-// parked (park stores its kind before it fills the slot) is looked for again.
-Lab* take_handed(Lab* from) {
-  uint64_t seen = 0;
-  for (unsigned i = 0;; i++) {
-    if (Lab* lab = unpark_this(from)) return lab;
-    const uint32_t kind = from->kind.load(std::memory_order_relaxed);
-    if (i == kHandoffYields || (kind != kLabThread && kind != kLabParked)) return nullptr;
-    const uint64_t allocs = lab_allocs(from);
-    if (i > 0 && allocs != seen) return nullptr;
-    seen = allocs;
-    os::yield_cpu();
-  }
 }
 
 }  // namespace
@@ -274,18 +255,28 @@ Lab* lab_bind_thread(Lab* handed_from) {
   if (Lab* bound = static_cast<Lab*>(os::thread_exit_registered())) return bound;
   // A thread whose first call frees a block was most likely handed it by a
   // thread that exits or has exited: it takes the LAB that owns the block's
-  // span if that LAB is parked or parks while this thread yields
-  // (take_handed), and otherwise (its thread has not exited yet)
-  // one from the idle stack, never the LAB another thread's exit parked for
-  // its own successor. Taking the one parked last, a Larson server's
-  // successors (4 threads on 2 cores) often took each other's LABs, and each
-  // then allocated from spans another thread was freeing into: the live
-  // blocks lay on 4,197 distinct pages, 3,444 with this rule and 3,589 under
-  // mimalloc (medians of 8 runs; docs/design.md, "Thread exit, parking and
-  // adoption").
-  Lab* lab = handed_from != nullptr ? take_handed(handed_from) : unpark();
-  if (lab == nullptr) lab = lab_take();
-  if (lab == nullptr) return nullptr;
+  // span if that LAB is parked, and otherwise (its thread has not exited
+  // yet) one from the idle stack, never the LAB another thread's exit parked
+  // for its own successor, naming the owner as its handed LAB, which a later
+  // slow path takes if it is parked by then (lab_adopt_handed). It does not
+  // wait for that exit: Stop 98 yielded the CPU up to 8 times for it, and a
+  // free that was a thread's first call then took 10.6 ms, against 0.4 us,
+  // when a busy process shared the CPU and the owner waited to join the
+  // thread (docs/design.md, "Thread exit, parking and adoption"). Taking the
+  // one parked last, a Larson server's successors (4 threads on 2 cores)
+  // often took each other's LABs, and each then allocated from spans another
+  // thread was freeing into: the live blocks lay on 4,197 distinct pages,
+  // 3,444 with this rule and 3,589 under mimalloc (medians of 8 runs;
+  // docs/design.md, "Thread exit, parking and adoption").
+  Lab* lab = handed_from != nullptr ? unpark_this(handed_from) : unpark();
+  Lab* handed = nullptr;
+  if (lab == nullptr) {
+    lab = lab_take();
+    if (lab == nullptr) return nullptr;
+    const uint32_t kind = handed_from != nullptr ? handed_from->kind.load(std::memory_order_relaxed) : kLabIdle;
+    if ((kind == kLabThread || kind == kLabParked) && !secure_mode()) handed = handed_from;
+  }
+  lab->handed = handed;
   lab->kind.store(kLabThread, std::memory_order_relaxed);
   // May call malloc (pthread_setspecific past the first keys): that call finds
   // the BUSY placeholder and is served by a transient LAB. A LAB whose
@@ -301,6 +292,39 @@ Lab* lab_bind_thread(Lab* handed_from) {
   g_threads_created.fetch_add(1, std::memory_order_relaxed);
   telemetry_event(FWT_EV_THREAD_START, lab->id, os::thread_self(), 0);
   return lab;
+}
+
+Lab* lab_adopt_handed(Lab* lab) {
+  Lab* o = lab->handed;
+  const uint32_t kind = o->kind.load(std::memory_order_relaxed);
+  // Its thread is bound, for as long as it lives (a creator that lives on:
+  // one load at each slow path), or another thread took it since: either way
+  // a later look settles it. A LAB another thread took and parked again is
+  // taken as its own would be: any parked LAB serves, as at a first malloc's
+  // bind (unpark).
+  if (kind == kLabThread) return lab;
+  if (kind != kLabParked) {  // released meanwhile
+    lab->handed = nullptr;
+    return lab;
+  }
+  if (lab_spans_held(lab) >= lab_spans_held(o)) {  // this cache is no smaller: o's spans go to every thread
+    lab->handed = nullptr;
+    release_parked(o);
+    return lab;
+  }
+  // Seen parked but not taken: park stores the kind before its CAS fills the
+  // slot, or another thread took it. Either way a later look settles it.
+  if (unpark_this(o) == nullptr) return lab;
+  // This thread is o's only holder now. Its exit hook gets o in lab's place
+  // (the key's value, set at the bind: no allocation), and lab goes idle.
+  if (!os::thread_exit_register(o)) {
+    release_taken(o);
+    lab->handed = nullptr;
+    return lab;
+  }
+  o->kind.store(kLabThread, std::memory_order_relaxed);
+  release_taken(lab);
+  return o;
 }
 
 Lab* lab_take_transient() {
@@ -875,7 +899,7 @@ void lab_defer_free(Lab* lab, Span* s, void* p) {
   PendingChain* ch = &lab->pending[i];
   if (ch->span != s || ch->room <= ch->spare) {
     if (Lab* o = s->owner.load(std::memory_order_relaxed); o != nullptr && o->kind.load(std::memory_order_relaxed) == kLabParked)
-      release_parked(o);
+      parked_owner_seen(lab, o);
     // The blocks s's chain took, if it filled here rather than losing its slot.
     const uint32_t filled = ch->span == s ? uint32_t(ch->limit) - ch->spare : 0;
     if (ch->span != nullptr && ch->span != s && ch->room > ch->spare) lab->pending_conflicts++;

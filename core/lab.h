@@ -132,7 +132,6 @@ constexpr uint64_t kLabQuarantineBytes = 1u << 20;
 constexpr unsigned kMaxParked = 64;
 constexpr uint64_t kParkedNs = 100u * 1000 * 1000;  // 100 ms
 constexpr uint64_t kParkedCheckEvery = 64;          // span-pool acquisitions between looks at the parked LABs
-constexpr unsigned kHandoffYields = 8;              // a successor's yields for its predecessor's LAB (lab_bind_thread)
 
 // Kept spans. When a LAB's hot span of class c has no block left
 // to give, the LAB does not let it float (HOT -> FULL, after which even its own
@@ -465,6 +464,11 @@ struct Lab {
   // not kept since, so a stale entry of class c may name it (kept_set drops
   // them as it keeps it).
   uint64_t hot_fresh;
+  // The holder's only: a LAB whose blocks its thread frees and that it may
+  // take whole in place of this one once that LAB is parked
+  // (lab_adopt_handed). nullptr for none; set at each bind, cleared as a LAB
+  // parks or goes idle.
+  Lab* handed;
   std::atomic<uint32_t> kind;
   uint32_t id;
   std::atomic<uint64_t> parked_at;  // os::now_ns() when it was parked (kLabParked)
@@ -689,11 +693,24 @@ FW_INLINE void own_push_fast(Span* s, void* p) {
 // A LAB bound to the calling thread (released at its exit); nullptr if no
 // memory. handed_from: for a thread whose first call is a free, the owner of
 // the freed block's span (nullptr for none, or for a first malloc). The LAB is
-// handed_from if it is parked, or is parked while the caller yields its CPU (up
-// to kHandoffYields times, while handed_from's thread is bound and does not
-// allocate: lab.cpp, take_handed); else, for a first free, one from the idle
-// stack; for a first malloc, the LAB parked last.
+// handed_from if it is parked; else, for a first free, one from the idle
+// stack, whose `handed` names handed_from while that LAB's thread is still
+// bound (lab_adopt_handed may take it later); for a first malloc, the LAB
+// parked last. It waits for no other thread.
 Lab* lab_bind_thread(Lab* handed_from = nullptr);
+// A slow path's last step when the thread's LAB has a `handed` LAB (above):
+// returns the LAB the thread is bound to from now on, with which the caller
+// restores its slot. If the handed LAB is parked and holds more spans than
+// lab (hot and kept), the thread takes it whole and lab is flushed and made
+// idle: a successor that bound before its predecessor exited goes on with the
+// predecessor's cache, whose blocks it was handed, instead of draining it
+// through the span-pool beside a cache of its own. If it is parked and holds
+// no more, it is released (its spans to every thread, as before Stop 99).
+// While its thread is bound, lab is kept and a later slow path looks again.
+Lab* lab_adopt_handed(Lab* lab);
+// Whether a slow path ending with `mine` (a LAB or a placeholder) has a
+// handed LAB to look at (lab_adopt_handed).
+FW_INLINE bool lab_has_handed(const Lab* mine) { return !is_placeholder(mine) && FW_UNLIKELY(mine->handed != nullptr); }
 // A LAB for one operation; give it back with lab_put_transient.
 Lab* lab_take_transient();
 void lab_put_transient(Lab* lab);

@@ -93,10 +93,6 @@ bool affinity_set_one(unsigned k);
 uint64_t random_u64();
 // Monotonic time in nanoseconds.
 uint64_t now_ns();
-// Offers the calling thread's CPU to another runnable thread, if the
-// scheduler has one; returns at once otherwise. One system call, and never a
-// wait for any particular thread.
-void yield_cpu();
 // Monotonic time in milliseconds from the OS's cheap, coarse clock: it moves in
 // steps of its tick (4 ms on Linux at HZ=250, 10-16 ms on Windows) and costs a
 // third of now_ns (10 ns against 30 on the KVM guest of docs/benchmarks.md). For

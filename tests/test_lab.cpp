@@ -870,43 +870,43 @@ TEST_CASE("a thread whose first call frees a block of a live thread's span takes
 }
 
 TEST_CASE(
-    "a thread whose first call frees a block of a LAB still bound yields its CPU, and takes that LAB whole when its "
-    "thread exits meanwhile") {
+    "a thread whose first call frees a block of a LAB still bound goes on at once, and takes that LAB whole at a "
+    "slow path after its thread parked it") {
   fw_collect();
-  // Predecessor and successor on one CPU, the predecessor runnable (spinning,
-  // not asleep) until the successor has started: the successor makes its
-  // first call while the predecessor is still bound, as a Larson server's
-  // successor often does, and only its yields let the predecessor run on to
-  // its exit and park its LAB (take_handed). With no yield it takes an idle
-  // LAB: 0 passes in 20 runs; with them 20 in 20, and 20 in 20 beside two
-  // busy processes.
+  // The successor's first call comes while the predecessor is bound (it waits
+  // for that call), so the successor binds an idle LAB of its own and names
+  // the predecessor's as its handed LAB. Once the predecessor has exited and
+  // parked its LAB, the successor's next slow path (a malloc with empty
+  // lists) takes that LAB, which holds a span where the successor's holds
+  // none, and its own goes idle. Without lab_adopt_handed the successor keeps
+  // its own LAB.
   std::vector<void*> handed;
-  std::atomic<Lab*> pred{nullptr}, got{nullptr};
-  std::atomic<int> started{0};
-  std::atomic<bool> pinned{false};
+  std::atomic<Lab*> pred{nullptr}, first{nullptr}, got{nullptr};
+  std::atomic<bool> freed_first{false}, pred_gone{false};
   std::thread successor;
   std::thread p([&] {
-    if (!os::affinity_set_one(unsigned(os::cpu_id()))) return;  // the successor inherits the mask
-    pinned = true;
     for (int i = 0; i < 200; i++) handed.push_back(fw_malloc(64));
     pred = lab_current();
     successor = std::thread([&] {
-      started = 1;         // no allocator call before the free
       fw_free(handed[0]);  // the first call: the predecessor is still bound
+      first = lab_current();
+      freed_first = true;
+      while (!pred_gone.load()) std::this_thread::yield();
+      void* q = fw_malloc(64);  // a slow path: this LAB's lists are empty
       got = lab_current();
+      fw_free(q);
       for (size_t i = 1; i < handed.size(); i++) fw_free(handed[i]);
       CHECK(lab_pending_count(got.load()) == 0);  // owner frees, none through a chain
     });
-    while (started.load() == 0) {
-    }
+    while (!freed_first.load()) std::this_thread::yield();
   });
   p.join();
-  if (!pinned.load()) {
-    MESSAGE("skipped: no CPU affinity on this platform");
-    return;
-  }
+  REQUIRE(pred.load()->kind.load() == kLabParked);
+  pred_gone = true;
   successor.join();
+  CHECK(first.load() != pred.load());
   CHECK(got.load() == pred.load());
+  CHECK(first.load()->kind.load() == kLabIdle);
   fw_collect();
   CHECK(lab_parked_count() == 0);
   CHECK(fw_check_heap() == 0);

@@ -350,8 +350,6 @@ uint64_t random_u64() {
   return v ^ (v >> 29);
 }
 
-void yield_cpu() { sched_yield(); }
-
 uint64_t now_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -176,8 +176,6 @@ uint64_t random_u64() {
   return x ^ (x >> 33);
 }
 
-void yield_cpu() { SwitchToThread(); }
-
 uint64_t now_ns() {
   static std::atomic<int64_t> freq{0};
   int64_t f = freq.load(std::memory_order_relaxed);
