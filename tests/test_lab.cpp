@@ -912,9 +912,15 @@ TEST_CASE(
   CHECK(fw_check_heap() == 0);
 }
 
-TEST_CASE("a thread that frees into a span of a parked LAB releases that LAB at once: its spans open to every thread") {
+TEST_CASE(
+    "a thread whose LAB holds as many spans as a parked LAB releases that LAB at once when it frees into its spans: "
+    "its spans open to every thread") {
   fw_collect();
-  fw_free(fw_malloc(16));  // this thread's LAB bound before the other thread parks its own
+  // This thread's LAB, bound before the other thread parks its own, holds one
+  // span (16-byte blocks), as the parked LAB does (64-byte blocks): a LAB no
+  // smaller is not swapped for the parked one (lab_adopt_handed), which is
+  // released.
+  fw_free(fw_malloc(16));
   std::vector<void*> v;
   Lab* parked = park_a_lab(&v, 300, 64);
   REQUIRE(parked->kind.load() == kLabParked);
