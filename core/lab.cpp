@@ -84,6 +84,7 @@ Lab* lab_take() {
 
 void lab_put(Lab* lab) {
   lab->handed = nullptr;
+  percpu_successor_set(lab, kSuccessorClosed);
   lab->kind.store(kLabIdle, std::memory_order_relaxed);
   g_idle.push(lab->id);
 }
@@ -203,6 +204,7 @@ void lab_thread_exit(void* arg) {
   Lab* lab = static_cast<Lab*>(arg);
   lab_enter();
   lab_flush_quarantine(lab);  // an idle LAB holds no quarantine
+  percpu_successor_set(lab, kSuccessorClosed);  // before the count: its successor is a thread of its own now
   percpu_thread_unbound(g_threads_live.fetch_sub(1, std::memory_order_relaxed) - 1);
   telemetry_event(FWT_EV_THREAD_EXIT, lab->id, 0, 0);
   expire_old_parked();
@@ -270,13 +272,16 @@ Lab* lab_bind_thread(Lab* handed_from) {
   // docs/design.md, "Thread exit, parking and adoption").
   Lab* lab = handed_from != nullptr ? unpark_this(handed_from) : unpark();
   Lab* handed = nullptr;
+  Lab* predecessor = nullptr;  // handed_from, bound to a live thread (percpu_thread_bound)
   if (lab == nullptr) {
     lab = lab_take();
     if (lab == nullptr) return nullptr;
     const uint32_t kind = handed_from != nullptr ? handed_from->kind.load(std::memory_order_relaxed) : kLabIdle;
     if ((kind == kLabThread || kind == kLabParked) && !secure_mode()) handed = handed_from;
+    if (kind == kLabThread) predecessor = handed_from;
   }
   lab->handed = handed;
+  percpu_successor_set(lab, kSuccessorOpen);
   lab->kind.store(kLabThread, std::memory_order_relaxed);
   // May call malloc (pthread_setspecific past the first keys): that call finds
   // the BUSY placeholder and is served by a transient LAB. A LAB whose
@@ -288,7 +293,7 @@ Lab* lab_bind_thread(Lab* handed_from) {
     lab_put(lab);
     return nullptr;
   }
-  percpu_thread_bound(g_threads_live.fetch_add(1, std::memory_order_relaxed) + 1);
+  percpu_thread_bound(g_threads_live.fetch_add(1, std::memory_order_relaxed) + 1, predecessor);
   g_threads_created.fetch_add(1, std::memory_order_relaxed);
   telemetry_event(FWT_EV_THREAD_START, lab->id, os::thread_self(), 0);
   return lab;
@@ -322,6 +327,7 @@ Lab* lab_adopt_handed(Lab* lab) {
     lab->handed = nullptr;
     return lab;
   }
+  percpu_successor_set(o, kSuccessorOpen);  // this thread's successor, if any, counts as a thread (lab_put)
   o->kind.store(kLabThread, std::memory_order_relaxed);
   release_taken(lab);
   return o;

@@ -473,6 +473,11 @@ struct Lab {
   uint32_t id;
   std::atomic<uint64_t> parked_at;  // os::now_ns() when it was parked (kLabParked)
   std::atomic<uint32_t> idle_next;  // link in the idle stack
+  // Whether its thread has a successor, for the mode switch's count
+  // (percpu.h, percpu_thread_bound): kSuccessorNamed by the successor's bind,
+  // set Open as a thread binds it and Closed as its thread exits or it goes
+  // idle (percpu_successor_set, which keeps the count of Named ones).
+  std::atomic<uint32_t> successor;
   std::atomic<Lab*> all_next;       // link in the list of every LAB ever made
   // After the fields every LAB uses: one that never grows touches only the
   // first kPendingChains slots (2 KiB) of these 128 KiB. Aligned to a cache

@@ -33,6 +33,33 @@ constinit uint32_t g_switch_threads = 0;
 constinit std::atomic<bool> g_over{false};
 // And at the bind before that: the threads are many (percpu_thread_bound).
 constinit std::atomic<bool> g_many{false};
+// The successors whose predecessor has not exited (percpu_thread_bound): the
+// LABs whose successor state is kSuccessorNamed, give or take the ones a
+// racing set is changing. A figure for the decision: relaxed, each change
+// ordered after the state change that makes it by the state's acq_rel.
+constinit std::atomic<uint64_t> g_successors{0};
+
+// The threads the switch counts: threads_live less the successors.
+uint64_t threads_counted(uint64_t threads_live) {
+  const uint64_t s = g_successors.load(std::memory_order_relaxed);
+  return s < threads_live ? threads_live - s : 0;
+}
+
+// Names the thread just bound (one of threads_live) as the successor of
+// from's thread, if that thread is live with none yet and the successors stay
+// at most half of threads_live.
+bool name_successor(Lab* from, uint64_t threads_live) {
+  uint64_t n = g_successors.load(std::memory_order_relaxed);
+  do {
+    if (2 * (n + 1) > threads_live) return false;
+  } while (!g_successors.compare_exchange_weak(n, n + 1, std::memory_order_relaxed, std::memory_order_relaxed));
+  uint32_t open = kSuccessorOpen;
+  if (from->successor.compare_exchange_strong(open, kSuccessorNamed, std::memory_order_acq_rel,
+                                              std::memory_order_relaxed))
+    return true;
+  g_successors.fetch_sub(1, std::memory_order_relaxed);  // it has one, or has exited
+  return false;
+}
 
 // Makes the CPUs' first LABs (lab.h: lab_make_idle), once, before per-CPU mode is on.
 constinit std::atomic<bool> g_made_cpu_labs{false};
@@ -128,10 +155,11 @@ bool percpu_start() {
   return percpu_on();
 }
 
-void percpu_thread_bound(uint64_t threads_live) {
+void percpu_thread_bound(uint64_t threads_live, Lab* from) {
   // g_switch_threads is read only after the acquire that publishes it.
   if (!g_armed.load(std::memory_order_acquire) || percpu_on()) return;
-  if (threads_live <= g_switch_threads) return;
+  if (from != nullptr && name_successor(from, threads_live)) return;  // in its predecessor's place
+  if (threads_counted(threads_live) <= g_switch_threads) return;
   // Over the limit at a second bind in a row: the threads are many, not just
   // a successor that started before its predecessor exited.
   // The flags are seq_cst (binds and exits only): an exit that found the
@@ -156,9 +184,15 @@ void percpu_caches_grew() {
   switch_if_held_much();
 }
 
+void percpu_successor_set(Lab* lab, uint32_t to) {
+  if (lab->successor.load(std::memory_order_relaxed) == to) return;  // the common case: no RMW
+  if (lab->successor.exchange(to, std::memory_order_acq_rel) == kSuccessorNamed)
+    g_successors.fetch_sub(1, std::memory_order_relaxed);
+}
+
 void percpu_thread_unbound(uint64_t threads_live) {
   if (!g_armed.load(std::memory_order_acquire) || percpu_on()) return;
-  if (threads_live <= g_switch_threads) {
+  if (threads_counted(threads_live) <= g_switch_threads) {
     g_over.store(false, std::memory_order_seq_cst);  // before g_many: percpu_thread_bound
     g_many.store(false, std::memory_order_seq_cst);
   }

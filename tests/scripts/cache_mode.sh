@@ -14,6 +14,15 @@
 #   default, max(CPUs, 8) threads    per-thread: at each hand-off main, the old and the new
 #     handing off 8 times            threads are one more than the limit, max(2 x CPUs, 16),
 #                                    for a moment, then the old exit
+#   default, limit threads handing   per-thread: each successor's first call frees a block
+#     off 8 times, each successor    of its predecessor, which waits for all of them: main
+#     freeing first                  and twice the limit alive, but each successor stands in
+#                                    for its predecessor (core/percpu.h, percpu_thread_bound)
+#   default, 1.5 x limit threads     per-CPU: main, their creator, lives on, so only the
+#     freeing main's blocks first    first of them stands in for it
+#   default, a chain of 3 x limit    per-CPU: each frees the block of the thread that
+#     threads, all alive             started it, but successors count as half the threads
+#                                    at most
 #   FREEWAY_PERCPU=1, 1 thread       per-CPU where rseq is registered
 #   FREEWAY_PERCPU=0                 per-thread, nothing on stderr
 #   FREEWAY_SECURE=1                 per-thread (secure mode keeps per-thread quarantines)
@@ -60,6 +69,11 @@ run default,1-thread per-thread 0 CACHE_MODE_THREADS=1
 if [ "$cpus" -le 64 ]; then
   n=$((limit / 2))
   run default,hand-off per-thread 0 CACHE_MODE_THREADS=$n CACHE_MODE_HANDOFF=8
+fi
+if [ "$registered" = registered ] && [ $((3 * limit)) -le 64 ]; then
+  run default,hand-off,free-first per-thread 0 CACHE_MODE_THREADS=$limit CACHE_MODE_HANDOFF=8 CACHE_MODE_FIRST=free
+  run default,creator-argument per-cpu 0 CACHE_MODE_THREADS=$((limit + limit / 2)) CACHE_MODE_FIRST=free
+  run default,chain per-cpu 0 CACHE_MODE_THREADS=$((3 * limit)) CACHE_MODE_CHAIN=1
 fi
 run percpu=0 per-thread 0 FREEWAY_PERCPU=0
 run secure per-thread 0 FREEWAY_SECURE=1
