@@ -42,7 +42,8 @@
 // (its quarantine is per thread, and only secure mode encodes list links, so
 // the sections link blocks plainly); otherwise, and on Windows, freeway keeps
 // per-thread LABs. 1: per-CPU from the start. 2 (the default): per-thread
-// while the threads bound to LABs are at most twice the CPUs and at most
+// while the threads bound to LABs, a successor counted in its live
+// predecessor's place, are at most twice the CPUs and at most
 // kPerCpuMinThreads, where the per-thread fast path is the cheaper one (no
 // restartable section; a thread frees its older blocks into spans its own cache
 // keeps, up to kKeptBytes, where a CPU's cache, shared by the threads that run
