@@ -204,7 +204,7 @@ void lab_thread_exit(void* arg) {
   Lab* lab = static_cast<Lab*>(arg);
   lab_enter();
   lab_flush_quarantine(lab);  // an idle LAB holds no quarantine
-  percpu_successor_set(lab, kSuccessorClosed);  // before the count: its successor is a thread of its own now
+  percpu_successor_set(lab, kSuccessorClosed);  // before the count: a naming it was part of ends
   percpu_thread_unbound(g_threads_live.fetch_sub(1, std::memory_order_relaxed) - 1);
   telemetry_event(FWT_EV_THREAD_EXIT, lab->id, 0, 0);
   expire_old_parked();
@@ -293,7 +293,7 @@ Lab* lab_bind_thread(Lab* handed_from) {
     lab_put(lab);
     return nullptr;
   }
-  percpu_thread_bound(g_threads_live.fetch_add(1, std::memory_order_relaxed) + 1, predecessor);
+  percpu_thread_bound(g_threads_live.fetch_add(1, std::memory_order_relaxed) + 1, lab, predecessor);
   g_threads_created.fetch_add(1, std::memory_order_relaxed);
   telemetry_event(FWT_EV_THREAD_START, lab->id, os::thread_self(), 0);
   return lab;
@@ -327,7 +327,9 @@ Lab* lab_adopt_handed(Lab* lab) {
     lab->handed = nullptr;
     return lab;
   }
-  percpu_successor_set(o, kSuccessorOpen);  // this thread's successor, if any, counts as a thread (lab_put)
+  // Namings of this thread's, as successor or predecessor, end as lab goes
+  // idle (lab_put): the thread counts as a thread of its own from now on.
+  percpu_successor_set(o, kSuccessorOpen);
   o->kind.store(kLabThread, std::memory_order_relaxed);
   release_taken(lab);
   return o;

@@ -469,14 +469,19 @@ struct Lab {
   // (lab_adopt_handed). nullptr for none; set at each bind, cleared as a LAB
   // parks or goes idle.
   Lab* handed;
+  // The holder's only: the LAB whose thread this one's thread was named the
+  // successor of at its bind (percpu.h, percpu_thread_bound), until this LAB
+  // stops being its thread's (percpu_successor_set). nullptr for none.
+  Lab* named;
   std::atomic<uint32_t> kind;
   uint32_t id;
   std::atomic<uint64_t> parked_at;  // os::now_ns() when it was parked (kLabParked)
   std::atomic<uint32_t> idle_next;  // link in the idle stack
   // Whether its thread has a successor, for the mode switch's count
-  // (percpu.h, percpu_thread_bound): kSuccessorNamed by the successor's bind,
-  // set Open as a thread binds it and Closed as its thread exits or it goes
-  // idle (percpu_successor_set, which keeps the count of Named ones).
+  // (percpu.h, percpu_thread_bound): the successor's LAB's id + 1, stored by
+  // the successor's bind with a CAS from open; set open as a thread binds it
+  // and closed as its thread exits or it goes idle (percpu_successor_set,
+  // which keeps the count of namings).
   std::atomic<uint32_t> successor;
   std::atomic<Lab*> all_next;       // link in the list of every LAB ever made
   // After the fields every LAB uses: one that never grows touches only the

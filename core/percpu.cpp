@@ -33,30 +33,38 @@ constinit uint32_t g_switch_threads = 0;
 constinit std::atomic<bool> g_over{false};
 // And at the bind before that: the threads are many (percpu_thread_bound).
 constinit std::atomic<bool> g_many{false};
-// The successors whose predecessor has not exited (percpu_thread_bound): the
-// LABs whose successor state is kSuccessorNamed, give or take the ones a
-// racing set is changing. A figure for the decision: relaxed, each change
-// ordered after the state change that makes it by the state's acq_rel.
+// The namings that stand (percpu_thread_bound): the LABs whose successor
+// state names a successor's LAB, plus the ones a racing naming has reserved
+// (name_successor). A figure for the decision: relaxed. Each decrement follows
+// the increment it undoes: it is made by the thread whose acq_rel exchange or
+// CAS took the state off a name, which the namer stored (release) after its
+// increment.
 constinit std::atomic<uint64_t> g_successors{0};
 
-// The threads the switch counts: threads_live less the successors.
+// The threads the switch counts: threads_live less the successors, and at
+// least half of threads_live (successors that were at most half of the
+// threads at their naming may be more after other threads exit).
 uint64_t threads_counted(uint64_t threads_live) {
   const uint64_t s = g_successors.load(std::memory_order_relaxed);
-  return s < threads_live ? threads_live - s : 0;
+  return threads_live - (s < threads_live / 2 ? s : threads_live / 2);
 }
 
-// Names the thread just bound (one of threads_live) as the successor of
+// Names lab's thread, just bound (one of threads_live), as the successor of
 // from's thread, if that thread is live with none yet and the successors stay
-// at most half of threads_live.
-bool name_successor(Lab* from, uint64_t threads_live) {
+// at most half of threads_live. from may have been taken by another thread
+// since lab_bind_thread saw it bound: then that thread is named, until either
+// exits (a figure, as above).
+bool name_successor(Lab* lab, Lab* from, uint64_t threads_live) {
   uint64_t n = g_successors.load(std::memory_order_relaxed);
   do {
     if (2 * (n + 1) > threads_live) return false;
   } while (!g_successors.compare_exchange_weak(n, n + 1, std::memory_order_relaxed, std::memory_order_relaxed));
   uint32_t open = kSuccessorOpen;
-  if (from->successor.compare_exchange_strong(open, kSuccessorNamed, std::memory_order_acq_rel,
-                                              std::memory_order_relaxed))
+  if (from->successor.compare_exchange_strong(open, lab->id + 1, std::memory_order_acq_rel,
+                                              std::memory_order_relaxed)) {
+    lab->named = from;
     return true;
+  }
   g_successors.fetch_sub(1, std::memory_order_relaxed);  // it has one, or has exited
   return false;
 }
@@ -155,10 +163,10 @@ bool percpu_start() {
   return percpu_on();
 }
 
-void percpu_thread_bound(uint64_t threads_live, Lab* from) {
+void percpu_thread_bound(uint64_t threads_live, Lab* lab, Lab* from) {
   // g_switch_threads is read only after the acquire that publishes it.
   if (!g_armed.load(std::memory_order_acquire) || percpu_on()) return;
-  if (from != nullptr && name_successor(from, threads_live)) return;  // in its predecessor's place
+  if (from != nullptr && name_successor(lab, from, threads_live)) return;  // in its predecessor's place
   if (threads_counted(threads_live) <= g_switch_threads) return;
   // Over the limit at a second bind in a row: the threads are many, not just
   // a successor that started before its predecessor exited.
@@ -185,9 +193,21 @@ void percpu_caches_grew() {
 }
 
 void percpu_successor_set(Lab* lab, uint32_t to) {
-  if (lab->successor.load(std::memory_order_relaxed) == to) return;  // the common case: no RMW
-  if (lab->successor.exchange(to, std::memory_order_acq_rel) == kSuccessorNamed)
-    g_successors.fetch_sub(1, std::memory_order_relaxed);
+  // As a successor: its predecessor counts again, unless that thread's exit
+  // (or its LAB going idle) already ended the naming.
+  if (Lab* from = lab->named) {
+    lab->named = nullptr;
+    uint32_t me = lab->id + 1;
+    if (from->successor.compare_exchange_strong(me, kSuccessorOpen, std::memory_order_acq_rel,
+                                                std::memory_order_relaxed))
+      g_successors.fetch_sub(1, std::memory_order_relaxed);
+  }
+  // As a predecessor. Only a namer's CAS changes the state besides the
+  // holder's calls, and only from open: a load that reads `to` (open at a bind
+  // of a LAB never bound, closed at a second close) needs no RMW.
+  if (lab->successor.load(std::memory_order_relaxed) == to) return;
+  const uint32_t was = lab->successor.exchange(to, std::memory_order_acq_rel);
+  if (was != kSuccessorOpen && was != kSuccessorClosed) g_successors.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void percpu_thread_unbound(uint64_t threads_live) {

@@ -123,35 +123,41 @@ FW_INLINE bool percpu_serves(const Lab* slot) {
 // restored (not BUSY); leaves DEAD as it is.
 void percpu_join();
 
-// A thread was just bound to a LAB, making threads_live of them (per-thread
+// A thread was just bound to LAB lab, making threads_live of them (per-thread
 // mode); `from` is the LAB of a live thread that the new thread's first call
 // freed a block of (lab_bind_thread), else nullptr. With FREEWAY_PERCPU=2, the
 // threads are many when the threads counted are more than twice the CPUs and
-// kPerCpuMinThreads at this bind and were already at the bind before, with no
-// exit in between that brought them back (percpu_thread_unbound); switches to
-// per-CPU mode if they are many and their caches hold more than
-// kPerThreadHeldMax (then or later: percpu_caches_grew).
-// The threads counted are threads_live less the successors. A successor is a
-// thread whose first call frees a block of a live thread that has none yet:
-// a hand-off (Larson's server, a pool that replaces its workers), whose
-// predecessor exits soon after, and which multiplies no cache meanwhile. It
-// stands in for its predecessor until that thread exits (percpu_successor_set),
-// and successors are at most half of threads_live, so a chain of threads each
-// started by the one before, all alive, still counts half of them. A thread
-// whose first call frees its creator's argument is one: a creator that lives
-// on has one successor, and its other workers count. (Until Stop 100 the two
-// binds in a row were the only allowance, for one hand-off at a time: a
-// Larson server of 16 threads on 2 CPUs overlaps several, as each successor
-// binds 1-10 ms before its predecessor exits, and went per-CPU at 0.8 times
-// the speed; docs/benchmarks.md.)
-void percpu_thread_bound(uint64_t threads_live, Lab* from);
+// kPerCpuMinThreads at this bind and were already at the last bind that
+// named no successor, with no exit in between that brought them back
+// (percpu_thread_unbound); switches to per-CPU mode if they are many and their
+// caches hold more than kPerThreadHeldMax (then or later: percpu_caches_grew).
+// The threads counted are threads_live less the successors, and at least half
+// of threads_live. A successor is a thread whose first call frees a block of a
+// live thread that has none yet: a hand-off (Larson's server, a pool that
+// replaces its workers), whose predecessor exits soon after, and which
+// multiplies no cache meanwhile. It stands in for its predecessor until either
+// of the two exits or stops holding its LAB (percpu_successor_set), and is
+// named only while the successors are at most half of threads_live. So the
+// per-thread caches are at most twice the threads counted, which are at most
+// the limit, and a chain of threads each started by the one before, all alive,
+// counts half of them. A thread whose first call frees its creator's argument
+// is a successor: a creator that lives on has one at a time, and its other
+// workers count. (Until Stop 100 the two binds in a row were the only
+// allowance, for one hand-off at a time: a Larson server of 16 threads on 2
+// CPUs overlaps several, as each successor binds 1-10 ms before its
+// predecessor exits, and went per-CPU at 0.8 times the speed; docs/benchmarks.md.)
+void percpu_thread_bound(uint64_t threads_live, Lab* lab, Lab* from);
 // Lab::successor: the LAB's thread is live and has no successor (kSuccessorOpen,
-// also a LAB never bound), has one (kSuccessorNamed), or has exited or gone
-// idle (kSuccessorClosed), after which no successor is named for it.
-enum : uint32_t { kSuccessorOpen = 0, kSuccessorNamed = 1, kSuccessorClosed = 2 };
-// Sets lab's successor state to `to` (kSuccessorOpen as a thread binds lab,
-// kSuccessorClosed as its thread exits or it goes idle): a successor it had
-// is counted as a thread of its own from now on.
+// also a LAB never bound), its thread has exited or it is idle
+// (kSuccessorClosed), after which no successor is named for it; any other value
+// is the id + 1 of the successor's LAB (named).
+constexpr uint32_t kSuccessorOpen = 0;
+constexpr uint32_t kSuccessorClosed = ~uint32_t(0);
+static_assert(kMaxLabs < kSuccessorClosed, "a LAB's id + 1 is neither open nor closed");
+// lab starts being its thread's (a bind or an adoption: `to` kSuccessorOpen) or
+// stops (its thread exits, or it goes idle: kSuccessorClosed). A naming it
+// was part of ends, as the predecessor's LAB or as the successor's
+// (Lab::named), and that successor or predecessor counts as a thread again.
 void percpu_successor_set(Lab* lab, uint32_t to);
 // A LAB just took a span or budget for a pending chain: switches now if the
 // threads are many (two binds in a row, above) and the caches hold too much

@@ -12,6 +12,9 @@
    allocated, instead of mallocing one: with CACHE_MODE_HANDOFF, its
    predecessor's (a hand-off); else main's, allocated before it started the
    threads (a creator's argument).
+   CACHE_MODE_HELPER=1 (threads at once): after its first call each thread
+   starts a helper thread whose first call frees a block the thread
+   allocated, and joins it, before it works.
    CACHE_MODE_CHAIN=1: instead, thread i's first call frees a block that
    thread i - 1 (main for the first) allocated and then started it with;
    every thread stays alive until all have done their work. */
@@ -57,12 +60,30 @@ static void* work(void* arg) {
 }
 
 static void* g_arg[64]; /* CACHE_MODE_FIRST=free: main's block for thread i */
+static int g_helper;    /* CACHE_MODE_HELPER=1 */
+
+static void* helper(void* block) {
+  free(block);
+  return NULL;
+}
+
+/* Starts a helper that frees a block of this thread's, and waits for it. */
+static void run_helper(void) {
+  void* block = malloc(48);
+  pthread_t h;
+  if (block == NULL || pthread_create(&h, NULL, helper, block) != 0) {
+    fprintf(stderr, "cache_mode: could not start a helper\n");
+    exit(1); /* the others wait at the barrier for this thread */
+  }
+  pthread_join(h, NULL);
+}
 
 /* One of CACHE_MODE_THREADS threads alive at once: its first call binds its
    cache, then it waits for the others before working, and after. */
 static void* at_once(void* arg) {
   size_t i = (size_t)arg - 1;
   first_call(g_arg[i]);
+  if (g_helper) run_helper();
   pthread_barrier_wait(&g_all_bound);
   void* r = work(arg);
   pthread_barrier_wait(&g_all_done);
@@ -133,6 +154,8 @@ int main(void) {
   if (g_size > 2000) g_size = 0;
   const char* first = getenv("CACHE_MODE_FIRST");
   g_free_first = first != NULL && strcmp(first, "free") == 0;
+  const char* help = getenv("CACHE_MODE_HELPER");
+  g_helper = help != NULL && strcmp(help, "1") == 0;
   const char* ch = getenv("CACHE_MODE_CHAIN");
   const int chained = ch != NULL && strcmp(ch, "1") == 0;
   g_threads = n;

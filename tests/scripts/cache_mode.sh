@@ -17,9 +17,15 @@
 #   default, limit threads handing   per-thread: each successor's first call frees a block
 #     off 8 times, each successor    of its predecessor, which waits for all of them: main
 #     freeing first                  and twice the limit alive, but each successor stands in
-#                                    for its predecessor (core/percpu.h, percpu_thread_bound)
+#                                    for its predecessor (core/percpu.h, percpu_thread_bound),
+#                                    so the threads counted stay the limit + 1 (main), as
+#                                    with one thread at a time; one successor that mallocs
+#                                    first would switch it
 #   default, 1.5 x limit threads     per-CPU: main, their creator, lives on, so only the
 #     freeing main's blocks first    first of them stands in for it
+#   default, 1.5 x limit threads,    per-CPU: each helper was its thread's successor, and
+#     each starting a helper that    its exit ended that, so the threads count again
+#     frees its block and exits
 #   default, a chain of 3 x limit    per-CPU: each frees the block of the thread that
 #     threads, all alive             started it, but successors count as half the threads
 #                                    at most
@@ -70,9 +76,15 @@ if [ "$cpus" -le 64 ]; then
   n=$((limit / 2))
   run default,hand-off per-thread 0 CACHE_MODE_THREADS=$n CACHE_MODE_HANDOFF=8
 fi
-if [ "$registered" = registered ] && [ $((3 * limit)) -le 64 ]; then
+# The program runs 64 threads at once at most.
+if [ "$registered" = registered ] && [ $limit -le 64 ]; then
   run default,hand-off,free-first per-thread 0 CACHE_MODE_THREADS=$limit CACHE_MODE_HANDOFF=8 CACHE_MODE_FIRST=free
+fi
+if [ "$registered" = registered ] && [ $((limit + limit / 2)) -le 64 ]; then
   run default,creator-argument per-cpu 0 CACHE_MODE_THREADS=$((limit + limit / 2)) CACHE_MODE_FIRST=free
+  run default,helpers per-cpu 0 CACHE_MODE_THREADS=$((limit + limit / 2)) CACHE_MODE_HELPER=1
+fi
+if [ "$registered" = registered ] && [ $((3 * limit)) -le 64 ]; then
   run default,chain per-cpu 0 CACHE_MODE_THREADS=$((3 * limit)) CACHE_MODE_CHAIN=1
 fi
 run percpu=0 per-thread 0 FREEWAY_PERCPU=0
