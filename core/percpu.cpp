@@ -202,9 +202,10 @@ void percpu_successor_set(Lab* lab, uint32_t to) {
                                                 std::memory_order_relaxed))
       g_successors.fetch_sub(1, std::memory_order_relaxed);
   }
-  // As a predecessor. Only a namer's CAS changes the state besides the
-  // holder's calls, and only from open: a load that reads `to` (open at a bind
-  // of a LAB never bound, closed at a second close) needs no RMW.
+  // As a predecessor. Besides the holder's calls, only a namer's CAS (open to
+  // a name) and its successor's CAS back (that name to open) change the state:
+  // a load that reads `to` (open at a bind of a LAB never bound, closed at a
+  // second close) needs no RMW, as nothing can have named the LAB.
   if (lab->successor.load(std::memory_order_relaxed) == to) return;
   const uint32_t was = lab->successor.exchange(to, std::memory_order_acq_rel);
   if (was != kSuccessorOpen && was != kSuccessorClosed) g_successors.fetch_sub(1, std::memory_order_relaxed);
