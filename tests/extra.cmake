@@ -26,6 +26,8 @@
 #                       and static-link consumers of the installed copy
 #   install.multiarch_libdir  the same for a build with CMAKE_INSTALL_PREFIX=/usr
 #                       (libraries in lib/x86_64-linux-gnu)
+#   bench_run_lib       bench/run's --lib: specs it refuses, and an allocator
+#                       from a file run interleaved, with its environment
 # The preload tests compare a plain run with an LD_PRELOAD run; any difference
 # in output or exit status fails. Scripts exit 77 (skipped) when a tool is
 # missing.
@@ -195,3 +197,12 @@ target_link_libraries(fw_cache_mode PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
 add_dependencies(fw_cache_mode freeway)
 add_test(NAME cache_mode COMMAND ${FW_TEST_SCRIPTS}/cache_mode.sh $<TARGET_FILE:freeway> $<TARGET_FILE:fw_cache_mode>)
 set_tests_properties(cache_mode PROPERTIES TIMEOUT 120 ENVIRONMENT "TMPDIR=${FW_TEST_TMP}" LABELS override)  # preloads freeway: sanitizer builds skip it
+
+# --- bench/run's --lib (docs/benchmarks.md, "How the suite measures") ----------
+# Runs bench/run on one quick benchmark from this build's bench/ folder:
+# refused specs, and an extra allocator interleaved with its environment.
+if(TARGET bench_teardown AND TARGET bench_spawn AND FREEWAY_BENCH_BIN_DIR STREQUAL "${CMAKE_BINARY_DIR}/bench")
+  add_test(NAME bench_run_lib
+    COMMAND ${FW_TEST_SCRIPTS}/bench_run_lib.sh ${PROJECT_SOURCE_DIR}/bench/run ${CMAKE_BINARY_DIR} $<TARGET_FILE:freeway>)
+  set_tests_properties(bench_run_lib PROPERTIES TIMEOUT 120 ENVIRONMENT "TMPDIR=${FW_TEST_TMP}" LABELS override)  # preloads freeway
+endif()
