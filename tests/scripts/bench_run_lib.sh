@@ -96,7 +96,9 @@ if ! python3 "$run" $base --out "$out" --lib "again=$lib:LD_DEBUG=libs:LD_DEBUG_
   fail "a run with LD_DEBUG in --lib's environment failed: $(tail -5 "$tmp/log")"
 else
   naming=$(grep -l -F -- "$lib" "$tmp"/ld.* 2>/dev/null | wc -l)
-  runs=$(grep -c '"allocator": "again".*"status": "ok"\|"status": "ok".*"allocator": "again"' "$out/runs.jsonl")
+  runs=$(python3 -c 'import json, sys
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print(sum(r["allocator"] == "again" and r["status"] == "ok" for r in runs))' "$out/runs.jsonl")
   files=$(ls "$tmp"/ld.* 2>/dev/null | wc -l)
   # Each of again's 2 runs: the spawn helper and the benchmark (exec'd by it) log;
   # the benchmark's log names the preloaded copy.
