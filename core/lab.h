@@ -151,7 +151,9 @@ constexpr uint64_t kParkedCheckEvery = 64;          // span-pool acquisitions be
 // (larson-bigheap; docs/benchmarks.md) while allowing 48 MiB over all
 // classes. A kept span whose last block in use its own thread frees stays
 // kept, all its blocks on its lists: the thread's next blocks of the class
-// come off them with no carving (threadtest frees every block each round).
+// come off them with no carving (threadtest frees every block each round),
+// unless the list's order is not the blocks' own, when the span is carved
+// again from block 0 (kept_switch, list_in_address_order in lab.cpp).
 // Kept spans with no block in use go back to the span-pool as the thread
 // takes spans from the shared stacks (lab_refill), a few at each, the classes
 // in turn (release_empty_kept), and at its exit or fw_collect. One whose last

@@ -347,6 +347,8 @@ void* span_carve_take(Span* s, void** rest) {
   return first;
 }
 
+void span_restart(Span* s) { s->carved.store(0, std::memory_order_relaxed); }
+
 bool span_float(Span* s, Lab* lab) {
   uint64_t w = s->anchor.load(std::memory_order_acquire);
   Anchor a = Anchor::unpack(w);

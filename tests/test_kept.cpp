@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -86,14 +87,17 @@ bool malloc_took_span(size_t size, std::vector<void*>* out, Span** hot) {
 }
 
 // Fills three spans and frees every block of the first, which stays kept:
-// returns it, with the blocks still in use in *v.
-Span* empty_first_of_three(std::vector<void*>* v) {
+// returns it, with the blocks still in use in *v. The blocks are freed in
+// address order, or shuffled.
+Span* empty_first_of_three(std::vector<void*>* v, bool shuffled = false) {
   std::vector<Span*> spans;
   *v = fill_spans(3, &spans);
   REQUIRE(spans.size() >= 3);
   Span* first = spans[0];
   const unsigned kept = kept_count();
-  for (void* p : blocks_of(*v, first)) fw_free(p);
+  std::vector<void*> blocks = blocks_of(*v, first);
+  if (shuffled) std::shuffle(blocks.begin(), blocks.end(), std::mt19937(12345));
+  for (void* p : blocks) fw_free(p);
   CHECK(state_of(first) == kHot);
   CHECK(first->owner.load() == lab_current());
   CHECK(kept_count() == kept);
@@ -187,30 +191,67 @@ TEST_CASE("when the hot span runs out, the next kept span in turn with a free bl
   }).join();
 }
 
-TEST_CASE("a kept span whose last block in use is freed stays kept, and the thread's next blocks of its class "
-          "come off its own list, with no carving") {
+namespace {
+
+// The blocks of kept span `first` among `more`, in the order handed out, and
+// how many of them are block `at(i)` of the span at position i.
+uint32_t blocks_at(const std::vector<void*>& more, const Span* first, uint32_t (*at)(uint32_t, uint32_t)) {
+  std::vector<void*> from_first;
+  for (void* p : more)
+    if (span_of(p) == first) from_first.push_back(p);
+  const uint32_t carved = first->carved.load(), bsize = first->block_size.load();
+  REQUIRE(from_first.size() == carved);
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < carved; i++)
+    n += reinterpret_cast<uintptr_t>(from_first[i]) == span_blocks(first) + size_t(at(i, carved)) * bsize;
+  return n;
+}
+
+// Empties the first of three kept spans (freed shuffled or in address order),
+// uses up the hot span so that the emptied one becomes hot, takes every block
+// it has, and returns how many of them came where block at(i) of the span
+// starts.
+uint32_t refill_emptied(bool shuffled, uint32_t (*at)(uint32_t, uint32_t)) {
+  std::vector<void*> v;
+  Span* first = empty_first_of_three(&v, shuffled);
+  const uint32_t carved = first->carved.load();
+  CHECK(local_of(first) == carved);
+  const unsigned c = class_of(kSize);
+  Span* hot = lab_current()->hot[c];
+  std::vector<void*> more;
+  while (lab_current()->hot[c] == hot) more.push_back(fw_malloc(kSize));
+  CHECK(lab_current()->hot[c] == first);
+  for (uint32_t i = 1; i < carved; i++) more.push_back(fw_malloc(kSize));
+  const uint32_t n = blocks_at(more, first, at);
+  CHECK(first->carved.load() == carved);
+  CHECK(fw_check_heap() == 0);
+  for (void* p : more) fw_free(p);
+  free_all_but(v, first);
+  CHECK(fw_check_heap() == 0);
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a kept span whose last block in use is freed stays kept, and if it was emptied in another order than its blocks, "
+    "it "
+    "is carved again from block 0 when it next becomes hot, so its blocks come in address order") {
   fw_collect();  // no LAB parked with kept spans for this thread to take
   std::thread([] {
-    std::vector<void*> v;
-    Span* first = empty_first_of_three(&v);
-    const uint32_t carved = first->carved.load();
-    CHECK(local_of(first) == carved);
-    // Use up the hot span: the emptied span is the only kept span with free blocks.
-    const unsigned c = class_of(kSize);
-    Span* hot = lab_current()->hot[c];
-    std::vector<void*> more;
-    while (lab_current()->hot[c] == hot) more.push_back(fw_malloc(kSize));
-    CHECK(lab_current()->hot[c] == first);
-    for (uint32_t i = 1; i < carved; i++) more.push_back(fw_malloc(kSize));
-    size_t from_first = 0;
-    for (void* p : more) from_first += span_of(p) == first;
-    CHECK(from_first == carved);
-    CHECK(first->carved.load() == carved);
-    CHECK(fw_check_heap() == 0);
-    for (void* p : more) fw_free(p);
-    free_all_but(v, first);
+    const uint32_t n = refill_emptied(true, [](uint32_t i, uint32_t) { return i; });
+    CHECK(n == class_info(class_of(kSize)).capacity);  // fill_spans filled every span whole
   }).join();
-  CHECK(fw_check_heap() == 0);
+}
+
+TEST_CASE(
+    "a kept span emptied in address order keeps its list: the thread's next blocks of its class come off it, "
+    "the last freed first, with no carving") {
+  fw_collect();
+  std::thread([] {
+    const uint32_t n = refill_emptied(false, [](uint32_t i, uint32_t carved) { return carved - 1 - i; });
+    CHECK(n == class_info(class_of(kSize)).capacity);
+  }).join();
 }
 
 TEST_CASE("an emptied kept span goes back to the span-pool when its thread next takes a span from the shared stacks, its class the only one with kept spans") {
