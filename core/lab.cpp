@@ -681,13 +681,14 @@ uint64_t release_emptied_kept(Lab* lab) {
 
 // Whether free list `list`, of blocks of bsize bytes, starts with kOrderLook
 // links that each step to the block beside, all the same way: frees that
-// came in address order, either way, leave such a list, and it hands its
-// blocks out in address order already. A span emptied in another order (a
-// program that frees a phase's heap by a tree's or a hash table's order)
-// would hand its blocks out in that order: the next phase's objects, built
-// one after another, would lie scattered over the span, and a walk over them
-// in the order they were built would miss where one over neighbouring
-// blocks is prefetched. So kept_switch carves such a span again, as a span
+// came in address order, either way, leave such a list, which is taken to
+// hand its blocks out in address order already (only those links are read:
+// a list shuffled but for its last few frees passes). A span emptied in
+// another order (a program that frees a phase's heap by a tree's or a hash
+// table's order) would hand its blocks out in that order: the next phase's
+// objects, built one after another, would lie scattered over the span, and a
+// walk over them in the order they were built would miss where one over
+// neighbouring blocks is prefetched. So kept_switch carves such a span again, as a span
 // from the pool is (mimalloc resets a page whose blocks are all free; jemalloc
 // hands out a slab's lowest free block first). A list already in address
 // order is kept: carving it again would only write every block's link anew

@@ -347,7 +347,9 @@ void* span_carve_take(Span* s, void** rest) {
   return first;
 }
 
-void span_restart(Span* s) { s->carved.store(0, std::memory_order_relaxed); }
+// Release: telemetry (mirror_span) that reads carved 0 with acquire reads
+// the own count own_take left, 0, and not the dropped list's.
+void span_restart(Span* s) { s->carved.store(0, std::memory_order_release); }
 
 bool span_float(Span* s, Lab* lab) {
   uint64_t w = s->anchor.load(std::memory_order_acquire);

@@ -89,7 +89,9 @@ void mirror_span(const Span& d, fwt_span* out) {
     Lab* owner = d.owner.load(std::memory_order_relaxed);
     // LABs are never freed, so an owner read here is always a LAB (or null).
     if (a.state == kHot && owner != nullptr && !is_placeholder(owner)) r.owner = owner->id + 1;
-    r.carved = d.carved.load(std::memory_order_relaxed);
+    // acquire: a span started over (span_restart) shows carved 0 with its
+    // own count 0, read below, not with the count of the list it dropped.
+    r.carved = d.carved.load(std::memory_order_acquire);
     r.remote_count = a.count;
     r.capacity = d.capacity.load(std::memory_order_relaxed);
     r.run_len = d.run_len.load(std::memory_order_relaxed);

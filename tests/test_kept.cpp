@@ -17,6 +17,7 @@
 #include "core/span_pool.h"
 #include "freeway.h"
 #include "kept_util.h"
+#include "misuse_util.h"
 #include "test_util.h"
 
 using namespace fw;
@@ -235,13 +236,13 @@ uint32_t refill_emptied(bool shuffled, uint32_t (*at)(uint32_t, uint32_t)) {
 
 TEST_CASE(
     "a kept span whose last block in use is freed stays kept, and if it was emptied in another order than its blocks, "
-    "it "
-    "is carved again from block 0 when it next becomes hot, so its blocks come in address order") {
+    "it is carved again from block 0 when it next becomes hot, so its blocks come in address order") {
   fw_collect();  // no LAB parked with kept spans for this thread to take
   std::thread([] {
     const uint32_t n = refill_emptied(true, [](uint32_t i, uint32_t) { return i; });
     CHECK(n == class_info(class_of(kSize)).capacity);  // fill_spans filled every span whole
   }).join();
+  CHECK(fw_check_heap() == 0);
 }
 
 TEST_CASE(
@@ -252,6 +253,28 @@ TEST_CASE(
     const uint32_t n = refill_emptied(false, [](uint32_t i, uint32_t carved) { return carved - 1 - i; });
     CHECK(n == class_info(class_of(kSize)).capacity);
   }).join();
+  CHECK(fw_check_heap() == 0);
+}
+
+TEST_CASE(
+    "a second free of a block of an emptied kept span, after the span started over and carved fewer blocks, "
+    "aborts as a double free") {
+  fw_collect();
+  fwtest::misuse::expect_abort("double free past a restarted span's carved part", {"double free"}, [] {
+    std::vector<void*> v;
+    Span* first = empty_first_of_three(&v, true);
+    const uint32_t capacity = class_info(class_of(kSize)).capacity;
+    void* last = reinterpret_cast<void*>(span_blocks(first) + size_t(capacity - 1) * first->block_size.load());
+    const unsigned c = class_of(kSize);
+    Span* hot = lab_current()->hot[c];
+    while (lab_current()->hot[c] == hot) (void)fw_malloc(kSize);  // the next block comes from `first`
+    if (lab_current()->hot[c] != first || first->carved.load() >= capacity) {
+      fwtest::misuse::say("child: setup failed: the emptied span did not start over\n");
+      _exit(99);
+    }
+    fwtest::misuse::announce(last);
+    fw_free(fwtest::misuse::launder(last));
+  });
 }
 
 TEST_CASE("an emptied kept span goes back to the span-pool when its thread next takes a span from the shared stacks, its class the only one with kept spans") {
