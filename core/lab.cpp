@@ -688,12 +688,12 @@ uint64_t release_emptied_kept(Lab* lab) {
 // table's order) would hand its blocks out in that order: the next phase's
 // objects, built one after another, would lie scattered over the span, and a
 // walk over them in the order they were built would miss where one over
-// neighbouring blocks is prefetched. So kept_switch carves such a span again, as a span
-// from the pool is (mimalloc resets a page whose blocks are all free; jemalloc
-// hands out a slab's lowest free block first). A list already in address
-// order is kept: carving it again would only write every block's link anew
-// (threadtest, whose rounds free their blocks in allocation order: 16% slower
-// with 2 threads when every emptied span was carved again).
+// neighbouring blocks is prefetched. So kept_switch carves such a span again,
+// as a span from the pool is (mimalloc resets a page whose blocks are all
+// free; jemalloc hands out a slab's lowest free block first). A list already
+// in address order is kept: carving it again would only write every block's
+// link anew (threadtest, whose rounds free their blocks in allocation order:
+// 16% slower with 2 threads when every emptied span was carved again).
 constexpr unsigned kOrderLook = 4;  // links read: one more block's line each, once a span's turn
 bool list_in_address_order(const void* list, uint32_t bsize) {
   const char* b = static_cast<const char*>(list);
