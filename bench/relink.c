@@ -12,22 +12,21 @@
  * in whatever order the allocator hands them out again. The walk is a chain
  * of dependent loads, so it runs as fast as the blocks' order lets the
  * hardware fetch them: in address order the next node is usually in a line
- * or a page already on its way; in the order of the shuffled frees it is a
- * cache and TLB miss each.  Reported:
+ * or a page already on its way; in the order of the shuffled frees it is
+ * often a cache miss and a TLB miss.  Reported:
  *   seconds        the walks of rounds 2..R (the blocks handed out again)
  *   first_seconds  the walks of round 1 (fresh memory)
  *   ns_per_node    seconds / ((R - 1) x W x N)
  *
- *   -n N        nodes (100000)             -s NODE     node bytes (112, at least 16)
+ *   -n N     nodes (100000)                -s NODE  node bytes (112, at least 16)
  *   -p PAYLOAD  payload bytes (208, at least 8)
- *   -r R        rounds (4, at least 2)     -w W        walks per round (20)
- *   -S SEED     random seed (1)
+ *   -r R     rounds (4, at least 2)        -w W     walks per round (20, at least 1)
+ *   -S SEED  random seed (1)
  */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "bench_common.h"
@@ -38,24 +37,24 @@ struct node {
 };
 
 int main(int argc, char **argv) {
-  long n = 100000, rounds = 4, walks = 20;
-  size_t node_size = 112, payload_size = 208;
+  long n = 100000, rounds = 4, walks = 20, node_arg = 112, payload_arg = 208;
   uint64_t seed = 1;
   int c;
   while ((c = getopt(argc, argv, "n:s:p:r:w:S:")) != -1) {
     switch (c) {
       case 'n': n = atol(optarg); break;
-      case 's': node_size = (size_t)atol(optarg); break;
-      case 'p': payload_size = (size_t)atol(optarg); break;
+      case 's': node_arg = atol(optarg); break;
+      case 'p': payload_arg = atol(optarg); break;
       case 'r': rounds = atol(optarg); break;
       case 'w': walks = atol(optarg); break;
-      case 'S': seed = strtoull(optarg, NULL, 10); break;
+      case 'S': seed = strtoull(optarg, NULL, 0); break;
       default:
         return usage(argv[0], "[-n nodes] [-s node_bytes] [-p payload_bytes] [-r rounds] [-w walks] [-S seed]");
     }
   }
-  if (n < 1 || rounds < 2 || walks < 1 || node_size < sizeof(struct node) || payload_size < sizeof(uint64_t))
+  if (n < 1 || rounds < 2 || walks < 1 || node_arg < (long)sizeof(struct node) || payload_arg < (long)sizeof(uint64_t))
     return bad_arguments();
+  const size_t node_size = (size_t)node_arg, payload_size = (size_t)payload_arg;
 
   struct node **order = malloc_or_die((size_t)n * sizeof *order);
   uint64_t rng = (seed + 1) * 0x9E3779B97F4A7C15ULL | 1;
@@ -73,8 +72,10 @@ int main(int argc, char **argv) {
       tail = x;
     }
     double t0 = now();
-    for (long w = 0; w < walks; w++)
+    for (long w = 0; w < walks; w++) {
       for (struct node *x = head; x; x = x->next) sum += x->payload[0];
+      __asm__ volatile("" ::: "memory");  /* each walk loads the list again */
+    }
     double t = now() - t0;
     if (r == 0) first = t;
     else later += t;
