@@ -61,16 +61,16 @@ int main(int argc, char **argv) {
   uint64_t sum = 0;
   double first = 0, later = 0;
   for (long r = 0; r < rounds; r++) {
-    struct node *head = NULL, *tail = NULL;
+    /* order[] holds the nodes in list order, for the shuffle below. */
     for (long i = 0; i < n; i++) {
       struct node *x = malloc_or_die(node_size);
       x->payload = malloc_or_die(payload_size);
       x->payload[0] = (uint64_t)i;
       x->next = NULL;
-      if (tail) tail->next = x;
-      else head = x;
-      tail = x;
+      if (i > 0) order[i - 1]->next = x;
+      order[i] = x;
     }
+    struct node *head = order[0];
     double t0 = now();
     for (long w = 0; w < walks; w++) {
       for (struct node *x = head; x; x = x->next) sum += x->payload[0];
@@ -79,8 +79,6 @@ int main(int argc, char **argv) {
     double t = now() - t0;
     if (r == 0) first = t;
     else later += t;
-    long k = 0;
-    for (struct node *x = head; x; x = x->next) order[k++] = x;
     for (long i = n - 1; i > 0; i--) {
       long j = (long)(rng_next(&rng) % (uint64_t)(i + 1));
       struct node *s = order[i];
