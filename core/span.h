@@ -289,9 +289,9 @@ FW_INLINE bool span_has_uncarved(const Span* s) {
 // whose every carved block is free and whose own list the owner has taken
 // (and drops), is carved again from block 0: its next blocks come in address
 // order, as from a span fresh from the pool, not in the order of the frees
-// that emptied it. The blocks past carved keep
-// their canaries, so a late double free of one is reported as a free of a
-// block not handed out (span_check_free).
+// that emptied it. The blocks past carved keep their canaries, so a late
+// double free of one is reported as a free of a block not handed out
+// (span_check_free).
 void span_restart(Span* s);
 
 // Owner: HOT -> FULL for a span with no free block left. False when remote
