@@ -242,6 +242,15 @@ constexpr uint32_t kKeptDone = 0xffffffffu;
 // Every block on free[c] lies in a span the LAB owns, hot or kept, so the
 // bound's per-cache term is what it was (kept spans count in full).
 //
+// The kept spans' frees on a list of their own, which a refill takes whole
+// when free[c] runs dry, or gives back to their spans when it holds half of
+// what they hold (a structure dropped), were tried in Stop 104. bench/relink
+// with 1 KiB nodes then walked at mimalloc's speed, 5.4 times faster. But a
+// thread that frees a block of a kept span and then allocates one of the
+// class finds free[c] empty, so each such malloc took the refill: 1 KiB
+// blocks replaced at random ran at 0.67 times the throughput, larson-medium
+// and larson-bigheap with one thread at 0.90 (docs/benchmarks.md).
+//
 // Smaller blocks keep a list per kept span, which a switch takes whole: with
 // a span of more than 256 blocks a switch comes once in that many mallocs at
 // most. (256 rather than 64, 4 KiB and up, gained 3-11% on larson-server,
