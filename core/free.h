@@ -13,8 +13,9 @@
 //   low bits of block 0's address, multiply by the descriptor's multiplier,
 //   rotate by a constant, compare with carved: secure.h); canary check and
 //   set; push onto the list the descriptor's own_at names, free[c] for the
-//   hot span (and a per-thread LAB's kept spans of a class listed across its
-//   spans, lab.h), the span's own list for a kept one (a plain link,
+//   hot span, the span's own list for a kept one (a per-thread LAB's kept
+//   spans of a class listed across its spans: its kept list or free[c],
+//   lab.h; a plain link,
 //   block_link_fast), and add one to the list's count, the word after its
 //   head (own_count_after: the LAB's frees[c], or the descriptor's own
 //   count); restore the slot. The descriptor's fields are read by the

@@ -419,7 +419,7 @@ bool lists_kept_frees(const Lab* lab, unsigned c) {
 
 // own_at (span.h) for span s, which lab keeps in class c.
 uintptr_t kept_list_at(const Lab* lab, unsigned c, const Span* s) {
-  return lists_kept_frees(lab, c) ? own_hot_at(lab, c) : own_list_at(s);
+  return lists_kept_frees(lab, c) ? own_kept_at(lab, c) : own_list_at(s);
 }
 
 // Blocks kept span k has free: on its owner-side list and on its remote list.
@@ -564,6 +564,24 @@ void hot_release(Lab* lab, unsigned c) {
 void lab_return_kept_frees(Lab* lab, unsigned c) {
   if (!lists_kept_frees(lab, c) || lab->kept_n[c] == 0) return;
   const Span* hot = lab->hot[c];
+  Lab::KeptFrees& kf = lab->kept_frees[c];
+  uint64_t to_hot = 0;
+  for (void* b = kf.head; b != nullptr;) {
+    void* const next = block_next(b);
+    Span* s = span_of(b);
+    const uintptr_t list = s == hot ? own_hot_at(lab, c) : own_list_at(s);
+    block_link(b, word_load_relaxed(list));
+    if (s == hot) {
+      word_store_relaxed(list, b);
+      to_hot++;
+    } else {
+      own_prepend(list, b);
+    }
+    b = next;
+  }
+  kf.head = nullptr;
+  kf.count.store(0, std::memory_order_relaxed);
+  lab_count_n(lab->lists[c].frees, to_hot);
   void* stay = nullptr;  // the last block that stays; nullptr: none yet
   void* b = lab->lists[c].head;
   uint64_t moved = 0;
@@ -634,7 +652,8 @@ void release_empty_kept(Lab* lab) {
   // blocks alone is not walked again at each look.
   const uint64_t allocs = lab->lists[d].allocs.load(std::memory_order_relaxed);
   if (allocs == lab->kept_seen[d].allocs &&
-      lab->lists[d].frees.load(std::memory_order_relaxed) != lab->kept_seen[d].frees) {
+      (lab->lists[d].frees.load(std::memory_order_relaxed) != lab->kept_seen[d].frees ||
+       lab->kept_frees[d].head != nullptr)) {
     return_kept_frees_seen(lab, d);
   }
   lab->kept_seen[d].allocs = allocs;
@@ -667,7 +686,9 @@ uint64_t release_emptied_kept(Lab* lab) {
   uint64_t gave = 0;
   for (uint64_t classes = lab->kept_classes; classes != 0; classes &= classes - 1) {
     const unsigned c = unsigned(__builtin_ctzll(classes));
-    if (lab->lists[c].frees.load(std::memory_order_relaxed) != lab->kept_seen[c].frees) return_kept_frees_seen(lab, c);
+    if (lab->lists[c].frees.load(std::memory_order_relaxed) != lab->kept_seen[c].frees ||
+        lab->kept_frees[c].head != nullptr)
+      return_kept_frees_seen(lab, c);
     // kept_release moves the last entry into i: i is looked at again.
     for (unsigned i = 0; i < lab->kept_n[c];) {
       if (!kept_emptied(lab, c, lab->kept_at(c, i)))
@@ -739,7 +760,7 @@ bool kept_switch(Lab* lab, unsigned c) {
     // (2.3 a malloc of 8-128 KiB blocks replaced at random, callgrind).
     const HolderField<Span*>* e = &lab->kept_at(c, i);
     for (unsigned r = 0; r < reads; r++) {
-      if (kept_free_count(*e) != 0) {
+      if (kept_free_count(*e) != 0 || span_has_uncarved(*e)) {  // uncarved: restarted (kept_restart_all)
         found = i;
         i = i + 1 == n ? 0 : i + 1;
         break;
@@ -781,6 +802,86 @@ bool kept_switch(Lab* lab, unsigned c) {
     hot_enter(lab, c, s, false);
     return true;
   }
+}
+
+// Whether every block that lab's live kept spans of class c have in use as
+// far as they know lies on kept_frees[c], which holds n: no remote free
+// waits in any of them, and their carved blocks less their own lists' come
+// to n. Then the spans hold nothing the program uses. One read of each
+// descriptor, none of the blocks.
+bool kept_all_listed(const Lab* lab, unsigned c, uint64_t n) {
+  uint64_t in_use = 0;
+  for (unsigned i = 0; i < lab->kept_n[c]; i++) {
+    const Span* k = lab->kept_at(c, i);
+    if (!kept_live(lab, c, k)) continue;
+    if (Anchor::unpack(k->anchor.load(std::memory_order_acquire)).count != 0) return false;
+    in_use += k->carved.load(std::memory_order_relaxed) - own_count(k);
+  }
+  return in_use == n;
+}
+
+// kept_all_listed held: the n blocks of kept_frees[c] count as lab's frees
+// and the list is dropped unread, each live kept span's own list with it
+// (own_take counts its blocks), and each such span starts over from block 0
+// (span_restart), to be carved again in address order when a switch makes it
+// hot (kept_switch takes a kept span with blocks still to carve).
+void kept_restart_all(Lab* lab, unsigned c, uint64_t n) {
+  Lab::KeptFrees& kf = lab->kept_frees[c];
+  lab_count_n(lab->lists[c].frees, n);
+  kf.head = nullptr;
+  kf.count.store(0, std::memory_order_relaxed);
+  for (unsigned i = 0; i < lab->kept_n[c]; i++) {
+    Span* k = lab->kept_at(c, i);
+    if (!kept_live(lab, c, k)) continue;
+    (void)own_take(lab, k, c);
+    span_restart(k);
+  }
+}
+
+// The most blocks of a kept list taken whole whose spans kept_frees_take
+// makes free onto free[c] from then on.
+constexpr uint64_t kKeptReuseMost = 16;
+
+// free[c] is empty and hot[c] set: the blocks the thread freed into its kept
+// spans of class c that keep their frees apart (kept_frees[c], lab.h "The
+// class's list across its spans"). When they are a span's worth and at least
+// half of what the kept spans hold, the kept spans are half empty or more,
+// as when the program dropped a structure of these blocks: if every block
+// the kept spans have in use is on the list, they all start over unread
+// (kept_restart_all), else the blocks go back to their spans' own lists (one
+// read each, at most one for each free since the last time). Either way the
+// next blocks come one span at a time (kept_switch), in address order where
+// a span starts over, and an emptied span the thread no longer needs goes to
+// the pool (release_empty_kept). Otherwise the list becomes free[c], and
+// when it holds at most kKeptReuseMost blocks, the thread frees and
+// allocates the class in turn, which one list serves with no slow path: the
+// spans of those blocks free onto free[c] from then on, until kept again.
+// Returns whether free[c] has blocks.
+bool kept_frees_take(Lab* lab, unsigned c) {
+  Lab::KeptFrees& kf = lab->kept_frees[c];
+  if (kf.head == nullptr) return false;
+  const uint64_t n = kf.count.load(std::memory_order_relaxed);
+  const uint64_t capacity = class_info(c).capacity;
+  if (n >= capacity && 2 * n >= lab->kept_n[c] * capacity) {
+    if (kept_all_listed(lab, c, n)) {
+      kept_restart_all(lab, c, n);
+      return false;
+    }
+    lab_return_kept_frees(lab, c);  // free[c] is empty: only the kept list's blocks move
+    return lab->lists[c].head != nullptr;
+  }
+  if (n <= kKeptReuseMost) {
+    const uintptr_t apart = own_kept_at(lab, c), joined = own_hot_at(lab, c);
+    for (const void* b = kf.head; b != nullptr; b = block_next(b)) {
+      Span* s = span_of(b);
+      if (s->own_at.load(std::memory_order_relaxed) == apart) s->own_at.store(joined, std::memory_order_relaxed);
+    }
+  }
+  lab->lists[c].head = kf.head;
+  lab_count_n(lab->lists[c].frees, n);
+  kf.head = nullptr;
+  kf.count.store(0, std::memory_order_relaxed);
+  return true;
 }
 
 // Before lab takes a new span for class c: its pending frees of class c go to
@@ -901,7 +1002,7 @@ uint64_t lab_frees_of(const Lab* lab, unsigned c) {
 }
 
 uint64_t lab_own_frees(const Lab* lab, unsigned c) {
-  uint64_t n = 0;
+  uint64_t n = lab->kept_frees[c].count.load(std::memory_order_relaxed);
   if (const Span* h = lab->hot[c]) n += own_count(h);
   const unsigned kept = lab->kept_n[c];
   for (unsigned i = 0; i < kept && i < kKeptEntries; i++) {
@@ -1099,6 +1200,7 @@ void* lab_refill(Lab* lab, unsigned c) {
       return p;
     }
     if (Span* s = lab->hot[c]) {
+      if (kept_frees_take(lab, c)) continue;
       if ((lab->lists[c].head = span_collect(s)) != nullptr) continue;
       if (span_has_uncarved(s)) {
         if (void* p = span_carve_take(s, &lab->lists[c].head)) return handed_out(lab, c, p);
@@ -1316,12 +1418,34 @@ bool lab_is_valid(const Lab* lab) {
       if (s == lab->hot[c] && !hot_is_fresh(lab, c))
         ok = report_invariant("lab: an entry names the hot span", span_index(s));
       if (!kept_live(lab, c, s)) continue;  // stale: a freer took its span (span_keep)
-      if (s == lab->hot[c] || s->own_at.load(std::memory_order_relaxed) != kept_list_at(lab, c, s))
+      const uintptr_t at = s->own_at.load(std::memory_order_relaxed);
+      if (s == lab->hot[c] ||
+          (at != kept_list_at(lab, c, s) && !(lists_kept_frees(lab, c) && at == own_hot_at(lab, c))))
         ok = report_invariant("lab: kept span is the hot one, or its frees go elsewhere", span_index(s));
       for (unsigned j = 0; j < i; j++)
         if (lab->kept_at(c, j) == s) ok = report_invariant("lab: span kept twice", span_index(s));
       if (!own_list_is_valid(s)) ok = false;
     }
+    // kept_frees[c]: blocks of its live kept spans of class c (or of hot[c],
+    // which lab_return_kept_frees allows), as many as its count says.
+    const Lab::KeptFrees& kf = lab->kept_frees[c];
+    if (kf.head == nullptr && kf.count.load(std::memory_order_relaxed) == 0) continue;
+    if (!lists_kept_frees(lab, c) || kept == 0) {
+      ok = report_invariant("lab: a kept list in a class that lists no kept frees, or keeps no span", c);
+      continue;
+    }
+    const uint64_t most = uint64_t(kept + 1u) * class_info(c).capacity;
+    uint64_t n = 0;
+    bool blocks_ok = true;
+    for (const void* b = kf.head; b != nullptr && n <= most; b = block_next(b), n++) {
+      const Span* bs = span_of(b);
+      if (bs == nullptr || !span_holds_carved(bs, b) || (bs != lab->hot[c] && !kept_live(lab, c, bs))) {
+        ok = blocks_ok = report_invariant("lab: kept list holds a block not of a kept span of its class", c);
+        break;
+      }
+    }
+    if (blocks_ok && (n > most || n != kf.count.load(std::memory_order_relaxed)))
+      ok = report_invariant("lab: kept list's count is not its length (or a cycle)", c);
   }
   if (kept_bytes != lab->kept_bytes || lab->kept_pooled > kept_bytes || kept_bytes - lab->kept_pooled > kKeptBytes)
     ok = report_invariant("lab: kept_bytes is not its kept spans' bytes, or over its allowance and pooled bytes",

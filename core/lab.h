@@ -47,9 +47,13 @@
 //                          empty and its count 0 (every push onto free[c] is
 //                          counted in lists[c].frees as it is made:
 //                          own_count_after)
-//   every span the LAB keeps has own_at == its own list's head, or &free[c]
-//   where its class is listed across its spans, and an own list (own_head,
-//   span.h) of own_count of its blocks, which its holder pushes onto.
+//   every span the LAB keeps has own_at == its own list's head, or, where
+//   its class is listed across its spans, &kept_frees[c] (its frees kept
+//   apart) or &free[c] (joined), and an own list (own_head, span.h) of
+//   own_count of its blocks, which its holder pushes onto; kept_frees[c]
+//   lists only blocks of live kept spans of class c (and of hot[c], which
+//   lab_return_kept_frees allows), as many as its count says, and is empty
+//   in a class not listed across its spans.
 //   lists[c].allocs only grows, and lists[c].frees too but where
 //   lab_return_kept_frees takes off it the blocks it moves from free[c] to
 //   own lists (each counted there when pushed: never below 0). They are
@@ -242,14 +246,25 @@ constexpr uint32_t kKeptDone = 0xffffffffu;
 // Every block on free[c] lies in a span the LAB owns, hot or kept, so the
 // bound's per-cache term is what it was (kept spans count in full).
 //
-// The kept spans' frees on a list of their own, which a refill takes whole
-// when free[c] runs dry, or gives back to their spans when it holds half of
-// what they hold (a structure dropped), were tried in Stop 104. bench/relink
-// with 1 KiB nodes then walked at mimalloc's speed, 5.4 times faster. But a
-// thread that frees a block of a kept span and then allocates one of the
-// class finds free[c] empty, so each such malloc took the refill: 1 KiB
-// blocks replaced at random ran at 0.67 times the throughput, larson-medium
-// and larson-bigheap with one thread at 0.90 (docs/benchmarks.md).
+// A span kept keeps its frees apart at first (Stop 104): its own_at names
+// kept_frees[c], a list of the class's kept spans, not free[c]. So a
+// structure the thread built and then drops whole waits there, and the
+// refill that finds free[c] dry sees it (kept_frees_take, lab.cpp): when the
+// list holds a span's worth and half of what the kept spans hold, every kept
+// span whose blocks are all on it starts over (kept_restart_all: no block is
+// read) or, if some are still in use, the blocks go back to their spans'
+// own lists (lab_return_kept_frees). The structure built next then comes off
+// one span at a time, in address order. On one list with free[c] it came
+// back in the order of its frees, scattered over every span of the class:
+// bench/relink with 1 KiB nodes took 5.6 times mimalloc's time walking it,
+// and now about mimalloc's (docs/benchmarks.md, Stop 104). Nothing on the
+// fast path changes: the free pushes onto the list own_at names, either way.
+// A list taken whole with a few blocks (kKeptReuseMost) is the mark of a
+// thread that frees and allocates the class in turn (a free into a kept
+// span, then a malloc that finds free[c] dry): the spans of those blocks
+// join free[c] (own_at), so that their next frees are handed out at once
+// with no slow path. Kept apart for good, each such malloc took the refill
+// (1 KiB blocks replaced at random: 0.67 times the throughput).
 //
 // Smaller blocks keep a list per kept span, which a switch takes whole: with
 // a span of more than 256 blocks a switch comes once in that many mallocs at
@@ -471,6 +486,15 @@ struct Lab {
   struct {
     uint64_t allocs, frees;
   } kept_seen[kClassCount];  // lists[c]'s counts at release_empty_kept's last look at class c
+  // A class listed across its spans (above): the list its holder frees blocks
+  // of its kept spans onto while they keep their frees apart (their own_at),
+  // and its length, counted as an own list's is (own_count_after): the frees
+  // count as the LAB's when the list is taken, or as their spans' when its
+  // blocks go back to them.
+  struct KeptFrees {
+    void* head;
+    std::atomic<uint64_t> count;
+  } kept_frees[kClassCount];
   // Bit c: hot[c] came from the shared stacks or a chain's adoption and was
   // not kept since, so a stale entry of class c may name it (kept_set drops
   // them as it keeps it).
@@ -669,9 +693,15 @@ FW_INLINE size_t lab_list_offset(unsigned c) { return offsetof(Lab, lists) + c *
 FW_INLINE uintptr_t own_hot_at(const Lab* lab, size_t c) { return reinterpret_cast<uintptr_t>(&lab->lists[c].head); }
 static_assert(sizeof(void*) == sizeof(uintptr_t) && sizeof(std::atomic<uint64_t>) == sizeof(uintptr_t),
               "own_at names a one-word list head either way");
+// own_at's value for a kept span of lab's class c, listed across its spans,
+// that keeps its frees apart: kept_frees[c].
+FW_INLINE uintptr_t own_kept_at(const Lab* lab, size_t c) {
+  return reinterpret_cast<uintptr_t>(&lab->kept_frees[c].head);
+}
 static_assert(offsetof(ClassList, frees) == offsetof(ClassList, head) + sizeof(void*) &&
-                  offsetof(Span, own_frees) == offsetof(Span, large_size) + sizeof(void*),
-              "either list's count is the word after its head (own_count_after)");
+                  offsetof(Span, own_frees) == offsetof(Span, large_size) + sizeof(void*) &&
+                  offsetof(Lab::KeptFrees, count) == offsetof(Lab::KeptFrees, head) + sizeof(void*),
+              "every list's count is the word after its head (own_count_after)");
 
 // The owner pushes block p (checked and canaried) of owned span s onto the
 // list own_at names: free[c] for its hot span, where it is the next block of

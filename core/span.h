@@ -151,11 +151,12 @@ struct alignas(128) Span {
   std::atomic<uint64_t> committed;
   std::atomic<uint32_t> run_len;
   // While the span is HOT: the list its owner's frees of its blocks go onto
-  // (own_push, lab.h), the owner LAB's free[cls] while the span is that LAB's
-  // hot span of its class or a per-thread LAB keeps it, its own list's head
-  // (large_size) while a CPU LAB keeps it (lab.h, "The class's list across
-  // its spans"). So the owner's free reaches either with one load and no
-  // branch on which.
+  // (own_push, lab.h): the owner LAB's free[cls] while the span is that LAB's
+  // hot span of its class; while the LAB keeps it, the LAB's kept_frees[cls]
+  // or free[cls] in a per-thread LAB's class listed across its spans (lab.h,
+  // "The class's list across its spans"), else its own list's head
+  // (large_size). So the owner's free reaches any of them with one load and
+  // no branch on which.
   // Written by the owner only, set whenever the span becomes hot or kept;
   // stale in every other state, where no owner's free reads it.
   std::atomic<uintptr_t> own_at;

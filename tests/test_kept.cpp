@@ -731,8 +731,8 @@ Span* first_of_three_across(std::vector<void*>* v) {
 }  // namespace
 
 TEST_CASE(
-    "a class listed across its spans: the owner's frees of a kept span's blocks wait on free[c], in use as far "
-    "as the span knows, so another thread's frees of the rest do not take it, and back on its own list they "
+    "a class listed across its spans: the owner's frees of a kept span's blocks wait on the kept list, in use as "
+    "far as the span knows, so another thread's frees of the rest do not take it, and back on its own list they "
     "leave it empty") {
   fw_collect();
   std::thread([] {
@@ -743,7 +743,8 @@ TEST_CASE(
     const size_t half = mine.size() / 2;
     Lab* lab = lab_current();
     for (size_t i = 0; i < half; i++) fw_free(mine[i]);
-    CHECK(lab->lists[c].head == mine[half - 1]);
+    CHECK(lab->kept_frees[c].head == mine[half - 1]);
+    CHECK(lab->kept_frees[c].count.load() == half);
     CHECK(local_of(first) == 0);
     free_from_another_thread(std::vector<void*>(mine.begin() + long(half), mine.end()));
     CHECK(state_of(first) == kHot);  // still kept: its blocks on free[c] are in use for it
@@ -752,6 +753,8 @@ TEST_CASE(
     CHECK(fw_check_heap() == 0);
     lab_return_kept_frees(lab, c);
     CHECK(local_of(first) == half);
+    CHECK(lab->kept_frees[c].head == nullptr);
+    CHECK(lab->kept_frees[c].count.load() == 0);
     for (void* b = lab->lists[c].head; b != nullptr; b = block_next(b)) CHECK(span_of(b) != first);
     CHECK(fw_check_heap() == 0);
     // Every block of it free now: it goes back with the LAB's kept spans.
@@ -793,6 +796,121 @@ TEST_CASE(
     CHECK(fw_check_heap() == 0);
     for (void* p : other) fw_free(p);
     free_all_but(v, first);
+    CHECK(fw_check_heap() == 0);
+  }).join();
+}
+
+namespace {
+
+constexpr size_t kDropSize = 1024;  // a class listed across its spans, 256 blocks a span
+
+// Fills four spans of kDropSize blocks (*v, *spans), then takes the blocks
+// of the next span that free[c] holds (*hot_blocks), so that free[c] is dry
+// and the four spans are kept.
+void four_kept_spans(std::vector<void*>* v, std::vector<Span*>* spans, std::vector<void*>* hot_blocks) {
+  const unsigned c = class_of(kDropSize);
+  REQUIRE(lists_across_spans(c));
+  for (;;) {  // a span's capacity depends on its colour: fill until a fifth span starts
+    void* p = fw_malloc(kDropSize);
+    REQUIRE(p != nullptr);
+    if (spans->empty() || spans->back() != span_of(p)) {
+      if (spans->size() == 4) {
+        hot_blocks->push_back(p);
+        break;
+      }
+      spans->push_back(span_of(p));
+    }
+    v->push_back(p);
+  }
+  Lab* lab = lab_current();
+  while (lab->lists[c].head != nullptr) hot_blocks->push_back(fw_malloc(kDropSize));
+  for (Span* s : *spans) REQUIRE(is_kept(s, c));
+  for (Span* s : *spans) REQUIRE(s->own_at.load() == own_kept_at(lab, c));
+}
+
+// Of consecutive blocks of w, how many pairs lie side by side, the second after the first.
+size_t side_by_side(const std::vector<void*>& w) {
+  size_t n = 0;
+  for (size_t i = 1; i < w.size(); i++)
+    n += static_cast<char*>(w[i]) - static_cast<char*>(w[i - 1]) ==
+         ptrdiff_t(class_info(class_of(kDropSize)).block_size);
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a class listed across its spans: a structure its thread built and dropped whole, in random order, comes "
+    "back span by span in address order, its kept spans carved again") {
+  fw_collect();
+  std::thread([] {
+    const unsigned c = class_of(kDropSize);
+    std::vector<void*> v, hot_blocks;
+    std::vector<Span*> spans;
+    four_kept_spans(&v, &spans, &hot_blocks);
+    Lab* lab = lab_current();
+    std::vector<void*> order(v);
+    std::shuffle(order.begin(), order.end(), std::mt19937(7));
+    for (void* p : order) fw_free(p);
+    CHECK(lab->kept_frees[c].count.load() == v.size());
+    CHECK(lab->lists[c].head == nullptr);
+    CHECK(fw_check_heap() == 0);
+    // The first malloc finds free[c] dry and the kept list holding every
+    // block the kept spans have in use: they start over, unread.
+    std::vector<void*> w;
+    w.push_back(fw_malloc(kDropSize));
+    CHECK(lab->kept_frees[c].head == nullptr);
+    for (Span* s : spans) CHECK((s->carved.load() == 0 || s == lab->hot[c]));
+    CHECK(fw_check_heap() == 0);
+    while (w.size() < v.size()) w.push_back(fw_malloc(kDropSize));
+    // In the order of the frees, reversed, almost no two would lie side by side.
+    CHECK(side_by_side(w) >= w.size() * 9 / 10);
+    CHECK(fw_check_heap() == 0);
+    for (void* p : w) fw_free(p);
+    for (void* p : hot_blocks) fw_free(p);
+    CHECK(fw_check_heap() == 0);
+  }).join();
+}
+
+TEST_CASE(
+    "a class listed across its spans: a structure dropped in part, three quarters of its kept spans' blocks, "
+    "goes back to its spans' own lists at the next refill") {
+  fw_collect();
+  std::thread([] {
+    const unsigned c = class_of(kDropSize);
+    std::vector<void*> v, hot_blocks;
+    std::vector<Span*> spans;
+    four_kept_spans(&v, &spans, &hot_blocks);
+    Lab* lab = lab_current();
+    std::vector<void*> order(v), live;
+    std::shuffle(order.begin(), order.end(), std::mt19937(11));
+    size_t dropped = 0;
+    for (size_t i = 0; i < order.size(); i++) {
+      if (i % 4 == 3) {
+        live.push_back(order[i]);
+      } else {
+        fw_free(order[i]);
+        dropped++;
+      }
+    }
+    CHECK(lab->kept_frees[c].count.load() == dropped);
+    for (Span* s : spans) CHECK(local_of(s) == 0);
+    CHECK(fw_check_heap() == 0);
+    void* p = fw_malloc(kDropSize);  // free[c] dry: the refill
+    CHECK(lab->kept_frees[c].head == nullptr);
+    // Every dropped block is on its span's own list now, or on free[c] if a
+    // switch made its span hot, or p.
+    auto of_spans = [&spans](const void* b) {
+      return std::find(spans.begin(), spans.end(), span_of(b)) != spans.end();
+    };
+    uint64_t back = of_spans(p) ? 1 : 0;
+    for (Span* s : spans) back += local_of(s);
+    for (void* b = lab->lists[c].head; b != nullptr; b = block_next(b)) back += of_spans(b) ? 1 : 0;
+    CHECK(back == dropped);
+    CHECK(fw_check_heap() == 0);
+    fw_free(p);
+    for (void* q : live) fw_free(q);
+    for (void* q : hot_blocks) fw_free(q);
     CHECK(fw_check_heap() == 0);
   }).join();
 }

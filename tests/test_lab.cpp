@@ -160,14 +160,30 @@ void owned_frees_of(size_t size) {
     bool kept = false;
     for (unsigned i = 0; i < lab->kept_n[c]; i++) kept = kept || lab->kept_at(c, i) == s;
     REQUIRE(kept);
-    CHECK(s->own_at.load() == (across ? own_hot_at(lab, c) : own_list_at(s)));
+    CHECK(s->own_at.load() == (across ? own_kept_at(lab, c) : own_list_at(s)));
     CHECK(own_count(s) == 0);
     CHECK(lab->hot[c]->own_at.load() == own_hot_at(lab, c));
+    if (across) {
+      while (lab->lists[c].head != nullptr) got.push_back(fw_malloc(size));  // free[c] dry
+    }
     void* head_before = lab->lists[c].head;
     fw_free(b);
     if (across) {
+      // A kept span keeps its frees apart (lab.h): b waits on the kept list,
+      // in use as far as s knows.
+      CHECK(lab->kept_frees[c].head == b);
+      CHECK(lab->kept_frees[c].count.load() == 1);
+      CHECK(lab->lists[c].head == nullptr);
+      CHECK(own_count(s) == 0);
+      CHECK(fw_check_heap() == 0);
+      // free[c] is dry: the refill takes the kept list, a few blocks, so the
+      // block freed last comes next, and s frees onto free[c] from then on.
+      CHECK(fw_malloc(size) == b);
+      CHECK(lab->kept_frees[c].head == nullptr);
+      CHECK(s->own_at.load() == own_hot_at(lab, c));
+      fw_free(b);
       CHECK(lab->lists[c].head == b);
-      CHECK(own_count(s) == 0);  // in use, as far as s knows
+      CHECK(own_count(s) == 0);
       CHECK(fw_check_heap() == 0);
       CHECK(fw_malloc(size) == b);  // the block freed last, of whichever span
     } else {
