@@ -223,7 +223,8 @@ constexpr uint32_t kKeptDone = 0xffffffffu;
 // The class's list across its spans. A per-thread LAB's holder frees the
 // blocks of its kept spans of a class whose spans hold at most
 // kListAcrossBlocks blocks (1 KiB and up) onto free[c] too, as it frees those
-// of its hot span, so the next block of the class handed out is the one
+// of its hot span, once it reuses them (a span kept keeps them apart first:
+// below), so the next block of the class handed out is the one
 // freed last, whatever its span, as a thread cache's list hands them out in
 // tcmalloc. With a list per span, a class of few blocks a span (8-128 KiB
 // blocks: 2 to 32) switched kept spans at most mallocs (kept_switch: two CASes, the
