@@ -828,6 +828,20 @@ void four_kept_spans(std::vector<void*>* v, std::vector<Span*>* spans, std::vect
   for (Span* s : *spans) REQUIRE(s->own_at.load() == own_kept_at(lab, c));
 }
 
+// A new thread's four kept spans of kDropSize blocks (four_kept_spans), and
+// their blocks in an order of frees shuffled with `seed`.
+struct Dropped {
+  unsigned c = class_of(kDropSize);
+  std::vector<void*> v, hot_blocks, order;
+  std::vector<Span*> spans;
+  explicit Dropped(unsigned seed) {
+    four_kept_spans(&v, &spans, &hot_blocks);
+    order = v;
+    std::shuffle(order.begin(), order.end(), std::mt19937(seed));
+  }
+  bool of_spans(const void* b) const { return std::find(spans.begin(), spans.end(), span_of(b)) != spans.end(); }
+};
+
 // Of consecutive blocks of w, how many pairs lie side by side, the second after the first.
 size_t side_by_side(const std::vector<void*>& w) {
   size_t n = 0;
@@ -844,15 +858,11 @@ TEST_CASE(
     "back span by span in address order, its kept spans carved again") {
   fw_collect();
   std::thread([] {
-    const unsigned c = class_of(kDropSize);
-    std::vector<void*> v, hot_blocks;
-    std::vector<Span*> spans;
-    four_kept_spans(&v, &spans, &hot_blocks);
+    const Dropped d(7);
+    const unsigned c = d.c;
     Lab* lab = lab_current();
-    std::vector<void*> order(v);
-    std::shuffle(order.begin(), order.end(), std::mt19937(7));
-    for (void* p : order) fw_free(p);
-    CHECK(lab->kept_frees[c].count.load() == v.size());
+    for (void* p : d.order) fw_free(p);
+    CHECK(lab->kept_frees[c].count.load() == d.v.size());
     CHECK(lab->lists[c].head == nullptr);
     CHECK(fw_check_heap() == 0);
     // The first malloc finds free[c] dry and the kept list holding every
@@ -860,14 +870,14 @@ TEST_CASE(
     std::vector<void*> w;
     w.push_back(fw_malloc(kDropSize));
     CHECK(lab->kept_frees[c].head == nullptr);
-    for (Span* s : spans) CHECK((s->carved.load() == 0 || s == lab->hot[c]));
+    for (Span* s : d.spans) CHECK((s->carved.load() == 0 || s == lab->hot[c]));
     CHECK(fw_check_heap() == 0);
-    while (w.size() < v.size()) w.push_back(fw_malloc(kDropSize));
+    while (w.size() < d.v.size()) w.push_back(fw_malloc(kDropSize));
     // In the order of the frees, reversed, almost no two would lie side by side.
     CHECK(side_by_side(w) >= w.size() * 9 / 10);
     CHECK(fw_check_heap() == 0);
     for (void* p : w) fw_free(p);
-    for (void* p : hot_blocks) fw_free(p);
+    for (void* p : d.hot_blocks) fw_free(p);
     CHECK(fw_check_heap() == 0);
   }).join();
 }
@@ -877,40 +887,34 @@ TEST_CASE(
     "goes back to its spans' own lists at the next refill") {
   fw_collect();
   std::thread([] {
-    const unsigned c = class_of(kDropSize);
-    std::vector<void*> v, hot_blocks;
-    std::vector<Span*> spans;
-    four_kept_spans(&v, &spans, &hot_blocks);
+    const Dropped d(11);
+    const unsigned c = d.c;
     Lab* lab = lab_current();
-    std::vector<void*> order(v), live;
-    std::shuffle(order.begin(), order.end(), std::mt19937(11));
+    std::vector<void*> live;
     size_t dropped = 0;
-    for (size_t i = 0; i < order.size(); i++) {
+    for (size_t i = 0; i < d.order.size(); i++) {
       if (i % 4 == 3) {
-        live.push_back(order[i]);
+        live.push_back(d.order[i]);
       } else {
-        fw_free(order[i]);
+        fw_free(d.order[i]);
         dropped++;
       }
     }
     CHECK(lab->kept_frees[c].count.load() == dropped);
-    for (Span* s : spans) CHECK(local_of(s) == 0);
+    for (Span* s : d.spans) CHECK(local_of(s) == 0);
     CHECK(fw_check_heap() == 0);
     void* p = fw_malloc(kDropSize);  // free[c] dry: the refill
     CHECK(lab->kept_frees[c].head == nullptr);
     // Every dropped block is on its span's own list now, or on free[c] if a
     // switch made its span hot, or p.
-    auto of_spans = [&spans](const void* b) {
-      return std::find(spans.begin(), spans.end(), span_of(b)) != spans.end();
-    };
-    uint64_t back = of_spans(p) ? 1 : 0;
-    for (Span* s : spans) back += local_of(s);
-    for (void* b = lab->lists[c].head; b != nullptr; b = block_next(b)) back += of_spans(b) ? 1 : 0;
+    uint64_t back = d.of_spans(p) ? 1 : 0;
+    for (Span* s : d.spans) back += local_of(s);
+    for (void* b = lab->lists[c].head; b != nullptr; b = block_next(b)) back += d.of_spans(b) ? 1 : 0;
     CHECK(back == dropped);
     CHECK(fw_check_heap() == 0);
     fw_free(p);
     for (void* q : live) fw_free(q);
-    for (void* q : hot_blocks) fw_free(q);
+    for (void* q : d.hot_blocks) fw_free(q);
     CHECK(fw_check_heap() == 0);
   }).join();
 }
