@@ -559,29 +559,23 @@ void hot_release(Lab* lab, unsigned c) {
 // when it was pushed (lists[c].frees), and its own count counts it again, so
 // it is taken off frees: every such block was pushed since its span stopped
 // being hot (a span is kept only while free[c] is empty), so frees never
-// goes below 0. Nothing to do in a LAB that keeps its frees apart by span,
-// whose free[c] holds only hot[c]'s blocks.
+// goes below 0. A block of kept_frees[c], all of kept spans (lab.h), was
+// counted in that list's count only, which is dropped: its own count counts
+// it. Nothing to do in a LAB that keeps its frees apart by span, whose
+// free[c] holds only hot[c]'s blocks.
 void lab_return_kept_frees(Lab* lab, unsigned c) {
   if (!lists_kept_frees(lab, c) || lab->kept_n[c] == 0) return;
   const Span* hot = lab->hot[c];
   Lab::KeptFrees& kf = lab->kept_frees[c];
-  uint64_t to_hot = 0;
   for (void* b = kf.head; b != nullptr;) {
     void* const next = block_next(b);
-    Span* s = span_of(b);
-    const uintptr_t list = s == hot ? own_hot_at(lab, c) : own_list_at(s);
+    const uintptr_t list = own_list_at(span_of(b));
     block_link(b, word_load_relaxed(list));
-    if (s == hot) {
-      word_store_relaxed(list, b);
-      to_hot++;
-    } else {
-      own_prepend(list, b);
-    }
+    own_prepend(list, b);
     b = next;
   }
   kf.head = nullptr;
   kf.count.store(0, std::memory_order_relaxed);
-  lab_count_n(lab->lists[c].frees, to_hot);
   void* stay = nullptr;  // the last block that stays; nullptr: none yet
   void* b = lab->lists[c].head;
   uint64_t moved = 0;
@@ -611,7 +605,8 @@ void lab_return_kept_frees(Lab* lab, unsigned c) {
 
 namespace {
 
-// Gives back every kept span of class c, their blocks on free[c] first.
+// Gives back every kept span of class c, their blocks on free[c] and on the
+// kept list first.
 void release_kept(Lab* lab, unsigned c) {
   lab_return_kept_frees(lab, c);
   while (lab->kept_n[c] > 0) kept_release(lab, c, lab->kept_n[c] - 1u);
@@ -844,16 +839,17 @@ constexpr uint64_t kKeptReuseMost = 16;
 
 // free[c] is empty and hot[c] set: the blocks the thread freed into its kept
 // spans of class c that keep their frees apart (kept_frees[c], lab.h "The
-// class's list across its spans"). When they are a span's worth and at least
-// half of what the kept spans hold, the kept spans are half empty or more,
-// as when the program dropped a structure of these blocks: if every block
-// the kept spans have in use is on the list, they all start over unread
-// (kept_restart_all), else the blocks go back to their spans' own lists (one
-// read each, at most one for each free since the last time). Either way the
-// next blocks come one span at a time (kept_switch), in address order where
-// a span starts over, and an emptied span the thread no longer needs goes to
-// the pool (release_empty_kept). Otherwise the list becomes free[c], and
-// when it holds at most kKeptReuseMost blocks, the thread frees and
+// class's list across its spans"). When they are a span's worth, at least
+// half of what the kept spans hold, and every block the kept spans have in
+// use (the program dropped a structure of these blocks), the kept spans all
+// start over unread (kept_restart_all): the next blocks come one span at a
+// time, in address order (kept_switch), and an emptied span the thread no
+// longer needs goes to the pool (release_empty_kept). Otherwise the list
+// becomes free[c], as one list of the class's frees did before. A walk of a
+// list dropped in part back to its spans read each block once, a chain of
+// misses: sizesweep, whose cycles free the older of two live generations,
+// took up to 1.18 times as long at 1-4 KiB (docs/benchmarks.md, Stop 104).
+// When the list holds at most kKeptReuseMost blocks, the thread frees and
 // allocates the class in turn, which one list serves with no slow path: the
 // spans of those blocks free onto free[c] from then on, until kept again.
 // Returns whether free[c] has blocks.
@@ -862,13 +858,9 @@ bool kept_frees_take(Lab* lab, unsigned c) {
   if (kf.head == nullptr) return false;
   const uint64_t n = kf.count.load(std::memory_order_relaxed);
   const uint64_t capacity = class_info(c).capacity;
-  if (n >= capacity && 2 * n >= lab->kept_n[c] * capacity) {
-    if (kept_all_listed(lab, c, n)) {
-      kept_restart_all(lab, c, n);
-      return false;
-    }
-    lab_return_kept_frees(lab, c);  // free[c] is empty: only the kept list's blocks move
-    return lab->lists[c].head != nullptr;
+  if (n >= capacity && 2 * n >= lab->kept_n[c] * capacity && kept_all_listed(lab, c, n)) {
+    kept_restart_all(lab, c, n);
+    return false;
   }
   if (n <= kKeptReuseMost) {
     const uintptr_t apart = own_kept_at(lab, c), joined = own_hot_at(lab, c);
@@ -1426,8 +1418,9 @@ bool lab_is_valid(const Lab* lab) {
         if (lab->kept_at(c, j) == s) ok = report_invariant("lab: span kept twice", span_index(s));
       if (!own_list_is_valid(s)) ok = false;
     }
-    // kept_frees[c]: blocks of its live kept spans of class c (or of hot[c],
-    // which lab_return_kept_frees allows), as many as its count says.
+    // kept_frees[c]: blocks of its live kept spans of class c, never of
+    // hot[c] (kept_all_listed counts the kept spans' blocks in use only), as
+    // many as its count says.
     const Lab::KeptFrees& kf = lab->kept_frees[c];
     if (kf.head == nullptr && kf.count.load(std::memory_order_relaxed) == 0) continue;
     if (!lists_kept_frees(lab, c) || kept == 0) {
@@ -1439,7 +1432,7 @@ bool lab_is_valid(const Lab* lab) {
     bool blocks_ok = true;
     for (const void* b = kf.head; b != nullptr && n <= most; b = block_next(b), n++) {
       const Span* bs = span_of(b);
-      if (bs == nullptr || !span_holds_carved(bs, b) || (bs != lab->hot[c] && !kept_live(lab, c, bs))) {
+      if (bs == nullptr || !span_holds_carved(bs, b) || bs == lab->hot[c] || !kept_live(lab, c, bs)) {
         ok = blocks_ok = report_invariant("lab: kept list holds a block not of a kept span of its class", c);
         break;
       }

@@ -51,9 +51,9 @@
 //   its class is listed across its spans, &kept_frees[c] (its frees kept
 //   apart) or &free[c] (joined), and an own list (own_head, span.h) of
 //   own_count of its blocks, which its holder pushes onto; kept_frees[c]
-//   lists only blocks of live kept spans of class c (and of hot[c], which
-//   lab_return_kept_frees allows), as many as its count says, and is empty
-//   in a class not listed across its spans.
+//   lists only blocks of live kept spans of class c, never of hot[c], as
+//   many as its count says, and is empty in a class not listed across its
+//   spans.
 //   lists[c].allocs only grows, and lists[c].frees too but where
 //   lab_return_kept_frees takes off it the blocks it moves from free[c] to
 //   own lists (each counted there when pushed: never below 0). They are
@@ -65,8 +65,9 @@
 //   free in its own LAB; a free onto an own list is counted when the list is
 //   taken (own_take), and a free onto a pending chain when the chain goes to
 //   its span (chain_flush), so the LAB's frees of class c are lists[c].frees
-//   plus the own counts of its spans of class c (lab_frees_of) plus the
-//   blocks of its chains of class c (lab_add_pending_frees).
+//   plus the own counts of its spans of class c and kept_frees[c]'s count
+//   (lab_frees_of) plus the blocks of its chains of class c
+//   (lab_add_pending_frees).
 //   kept_at(c, 0..kept_n[c]) are spans; those still kept (kept_live: HOT
 //   with the kept bit, owner == this LAB, class c) are distinct and none of
 //   them hot[c]; the others are stale entries of spans another thread's free
@@ -223,8 +224,8 @@ constexpr uint32_t kKeptDone = 0xffffffffu;
 // The class's list across its spans. A per-thread LAB's holder frees the
 // blocks of its kept spans of a class whose spans hold at most
 // kListAcrossBlocks blocks (1 KiB and up) onto free[c] too, as it frees those
-// of its hot span, once it reuses them (a span kept keeps them apart first:
-// below), so the next block of the class handed out is the one
+// of its hot span, once it frees and allocates them in turn (a span kept
+// keeps them apart first: below), so the next block of the class handed out is the one
 // freed last, whatever its span, as a thread cache's list hands them out in
 // tcmalloc. With a list per span, a class of few blocks a span (8-128 KiB
 // blocks: 2 to 32) switched kept spans at most mallocs (kept_switch: two CASes, the
@@ -251,11 +252,11 @@ constexpr uint32_t kKeptDone = 0xffffffffu;
 // kept_frees[c], a list of the class's kept spans, not free[c]. So a
 // structure the thread built and then drops whole waits there, and the
 // refill that finds free[c] dry sees it (kept_frees_take, lab.cpp): when the
-// list holds a span's worth and half of what the kept spans hold, every kept
-// span whose blocks are all on it starts over (kept_restart_all: no block is
-// read) or, if some are still in use, the blocks go back to their spans'
-// own lists (lab_return_kept_frees). The structure built next then comes off
-// one span at a time, in address order. On one list with free[c] it came
+// list holds a span's worth, half of what the kept spans hold, and every
+// block they have in use, they all start over (kept_restart_all: no block is
+// read), and the structure built next comes off one span at a time, in
+// address order (a structure dropped in part is taken whole onto free[c],
+// as before). On one list with free[c] it came
 // back in the order of its frees, scattered over every span of the class:
 // bench/relink with 1 KiB nodes took 5.6 times mimalloc's time walking it,
 // and now about mimalloc's (docs/benchmarks.md, Stop 104). Nothing on the
@@ -579,8 +580,8 @@ FW_INLINE bool kept_live(const Lab* lab, unsigned c, const Span* s) {
   return span_kept_by(s, Anchor::unpack(s->anchor.load(std::memory_order_acquire)), lab, c);
 }
 // The blocks on the own lists of lab's hot span and live kept spans of
-// class c: frees of lab's not yet in lists[c].frees (lab_frees_of, and
-// fw_check_heap's count of free blocks).
+// class c, and on its kept list (kept_frees[c]): frees of lab's not yet in
+// lists[c].frees (lab_frees_of, and fw_check_heap's count of free blocks).
 uint64_t lab_own_frees(const Lab* lab, unsigned c);
 
 extern FW_HIDDEN Lab g_lab_empty;  // a thread that has not called freeway yet
@@ -810,12 +811,12 @@ uint64_t lab_release_emptied_current();
 void lab_defer_free(Lab* lab, Span* s, void* p);
 // Gives every pending chain of lab to its span.
 void lab_flush_pending(Lab* lab);
-// The blocks of lab's kept spans of class c on free[c] go back to their
-// spans' own lists (the class's list across its spans, above), its hot
-// span's staying on free[c] in their order; a kept span whose blocks are
-// all free then looks empty to its LAB's looks and to a freer (span.h,
-// span_keep). Nothing in a LAB or class that lists its kept spans' frees
-// by span. Its holder calls this.
+// The blocks of lab's kept spans of class c on free[c] and on its kept list
+// (kept_frees[c]) go back to their spans' own lists (the class's list across
+// its spans, above), its hot span's staying on free[c] in their order; a
+// kept span whose blocks are all free then looks empty to its LAB's looks
+// and to a freer (span.h, span_keep). Nothing in a LAB or class that lists
+// its kept spans' frees by span. Its holder calls this.
 void lab_return_kept_frees(Lab* lab, unsigned c);
 // Flushes every parked LAB and makes it idle (fw_collect).
 void lab_collect_parked();

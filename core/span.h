@@ -213,8 +213,8 @@ FW_INLINE void* block_at(uintptr_t base, uint32_t index) {
 
 // The owner-side list of a span its LAB keeps (lab.h): a CPU LAB's frees of
 // a kept span's blocks go onto it, and a per-thread LAB's kept spans get
-// back onto it the blocks of theirs that leave free[c] (lab_return_kept_frees,
-// lab.cpp); kept_switch moves it to the LAB's free[c] when the span is hot
+// back onto it the blocks of theirs that leave free[c] or the LAB's kept
+// list (lab_return_kept_frees, lab.cpp); kept_switch moves it to the LAB's free[c] when the span is hot
 // again. It lives in the descriptor: the head in `large_size` (which only
 // large and huge blocks use; links are encoded as in free[c], secure.h), the
 // count in `own_frees`, the word after the head as free[c]'s count is
@@ -287,9 +287,11 @@ FW_INLINE bool span_has_uncarved(const Span* s) {
 }
 
 // Owner: s, a kept span claimed back (span_unkeep) to become its hot span,
-// whose every carved block is free and whose own list the owner has taken
-// (and drops), is carved again from block 0: its next blocks come in address
-// order, as from a span fresh from the pool, not in the order of the frees
+// or still kept with its LAB's other kept spans of the class when every
+// block they have in use waits on its LAB's kept list (kept_restart_all,
+// lab.cpp), whose every carved block is free and whose own list the owner
+// has taken (and drops), is carved again from block 0: its next blocks come
+// in address order, as from a span fresh from the pool, not in the order of the frees
 // that emptied it. The blocks past carved keep their canaries, so a late
 // double free of one is reported as a free of a block not handed out
 // (span_check_free).

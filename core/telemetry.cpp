@@ -99,7 +99,8 @@ void mirror_span(const Span& d, fwt_span* out) {
     // large_size is a large head's size; a HOT span's own list head (span.h).
     if (a.state == kLarge || a.state == kHuge) r.large_size = d.large_size.load(std::memory_order_relaxed);
     // An owned span's own list (span.h): empty for a hot one, whose frees
-    // are on its LAB's free[c], as a per-thread LAB's kept spans' are;
+    // are on its LAB's free[c], as a per-thread LAB's kept spans' of the
+    // classes listed across their spans are, on free[c] or its kept list;
     // own_frees means nothing in other states.
     if (a.state == kHot) r.own_free = uint32_t(own_count(&d));
     // A small span's colour: block 0's offset from its base (arena.h).

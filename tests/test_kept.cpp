@@ -884,7 +884,7 @@ TEST_CASE(
 
 TEST_CASE(
     "a class listed across its spans: a structure dropped in part, three quarters of its kept spans' blocks, "
-    "goes back to its spans' own lists at the next refill") {
+    "is taken whole onto free[c] at the next refill, the block freed last first") {
   fw_collect();
   std::thread([] {
     const Dropped d(11);
@@ -892,11 +892,12 @@ TEST_CASE(
     Lab* lab = lab_current();
     std::vector<void*> live;
     size_t dropped = 0;
+    void* last = nullptr;
     for (size_t i = 0; i < d.order.size(); i++) {
       if (i % 4 == 3) {
         live.push_back(d.order[i]);
       } else {
-        fw_free(d.order[i]);
+        fw_free(last = d.order[i]);
         dropped++;
       }
     }
@@ -905,12 +906,13 @@ TEST_CASE(
     CHECK(fw_check_heap() == 0);
     void* p = fw_malloc(kDropSize);  // free[c] dry: the refill
     CHECK(lab->kept_frees[c].head == nullptr);
-    // Every dropped block is on its span's own list now, or on free[c] if a
-    // switch made its span hot, or p.
-    uint64_t back = d.of_spans(p) ? 1 : 0;
-    for (Span* s : d.spans) back += local_of(s);
-    for (void* b = lab->lists[c].head; b != nullptr; b = block_next(b)) back += d.of_spans(b) ? 1 : 0;
-    CHECK(back == dropped);
+    // Blocks still in use: no span starts over, and the list is free[c] now.
+    CHECK(p == last);
+    for (Span* s : d.spans) CHECK(local_of(s) == 0);
+    for (Span* s : d.spans) CHECK(s->carved.load() > 0);
+    uint64_t listed = 0;
+    for (void* b = lab->lists[c].head; b != nullptr; b = block_next(b)) listed += d.of_spans(b) ? 1 : 0;
+    CHECK(listed == dropped - 1);
     CHECK(fw_check_heap() == 0);
     fw_free(p);
     for (void* q : live) fw_free(q);
