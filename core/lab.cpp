@@ -522,6 +522,14 @@ void return_kept_frees_seen(Lab* lab, unsigned c) {
   lab->kept_seen[c].frees = lab->lists[c].frees.load(std::memory_order_relaxed);
 }
 
+// Whether blocks of lab's kept spans of class c may wait on its lists: its
+// free[c] took frees since they last went back to their spans (kept_seen),
+// or its kept list holds some.
+bool kept_frees_waiting(const Lab* lab, unsigned c) {
+  return lab->lists[c].frees.load(std::memory_order_relaxed) != lab->kept_seen[c].frees ||
+         lab->kept_frees[c].head != nullptr;
+}
+
 // Whether lab's kept entry k of class c has no block in use, or is stale:
 // release_empty_kept and release_emptied_kept give those back.
 bool kept_emptied(const Lab* lab, unsigned c, const Span* k) {
@@ -646,11 +654,7 @@ void release_empty_kept(Lab* lab) {
   // return can have put such blocks there: a list left with its hot span's
   // blocks alone is not walked again at each look.
   const uint64_t allocs = lab->lists[d].allocs.load(std::memory_order_relaxed);
-  if (allocs == lab->kept_seen[d].allocs &&
-      (lab->lists[d].frees.load(std::memory_order_relaxed) != lab->kept_seen[d].frees ||
-       lab->kept_frees[d].head != nullptr)) {
-    return_kept_frees_seen(lab, d);
-  }
+  if (allocs == lab->kept_seen[d].allocs && kept_frees_waiting(lab, d)) return_kept_frees_seen(lab, d);
   lab->kept_seen[d].allocs = allocs;
   // kept_release moves the last entry into i: i is looked at again.
   for (unsigned looked = 0; looked < kKeptLook && i < lab->kept_n[d]; looked++) {
@@ -681,9 +685,7 @@ uint64_t release_emptied_kept(Lab* lab) {
   uint64_t gave = 0;
   for (uint64_t classes = lab->kept_classes; classes != 0; classes &= classes - 1) {
     const unsigned c = unsigned(__builtin_ctzll(classes));
-    if (lab->lists[c].frees.load(std::memory_order_relaxed) != lab->kept_seen[c].frees ||
-        lab->kept_frees[c].head != nullptr)
-      return_kept_frees_seen(lab, c);
+    if (kept_frees_waiting(lab, c)) return_kept_frees_seen(lab, c);
     // kept_release moves the last entry into i: i is looked at again.
     for (unsigned i = 0; i < lab->kept_n[c];) {
       if (!kept_emptied(lab, c, lab->kept_at(c, i)))
@@ -815,16 +817,24 @@ bool kept_all_listed(const Lab* lab, unsigned c, uint64_t n) {
   return in_use == n;
 }
 
-// kept_all_listed held: the n blocks of kept_frees[c] count as lab's frees
-// and the list is dropped unread, each live kept span's own list with it
-// (own_take counts its blocks), and each such span starts over from block 0
-// (span_restart), to be carved again in address order when a switch makes it
-// hot (kept_switch takes a kept span with blocks still to carve).
-void kept_restart_all(Lab* lab, unsigned c, uint64_t n) {
+// Takes kept_frees[c] whole, leaving it empty: its blocks count as lab's
+// frees from here, as own_take counts an own list's. Returns its head.
+void* kept_frees_detach(Lab* lab, unsigned c) {
   Lab::KeptFrees& kf = lab->kept_frees[c];
-  lab_count_n(lab->lists[c].frees, n);
+  void* const head = kf.head;
+  lab_count_n(lab->lists[c].frees, kf.count.load(std::memory_order_relaxed));
   kf.head = nullptr;
   kf.count.store(0, std::memory_order_relaxed);
+  return head;
+}
+
+// kept_all_listed held: kept_frees[c] is dropped unread (its blocks counted
+// as lab's frees), each live kept span's own list with it (own_take counts
+// its blocks), and each such span starts over from block 0 (span_restart),
+// to be carved again in address order when a switch makes it hot
+// (kept_switch takes a kept span with blocks still to carve).
+void kept_restart_all(Lab* lab, unsigned c) {
+  (void)kept_frees_detach(lab, c);
   for (unsigned i = 0; i < lab->kept_n[c]; i++) {
     Span* k = lab->kept_at(c, i);
     if (!kept_live(lab, c, k)) continue;
@@ -859,7 +869,7 @@ bool kept_frees_take(Lab* lab, unsigned c) {
   const uint64_t n = kf.count.load(std::memory_order_relaxed);
   const uint64_t capacity = class_info(c).capacity;
   if (n >= capacity && 2 * n >= lab->kept_n[c] * capacity && kept_all_listed(lab, c, n)) {
-    kept_restart_all(lab, c, n);
+    kept_restart_all(lab, c);
     return false;
   }
   if (n <= kKeptReuseMost) {
@@ -869,10 +879,7 @@ bool kept_frees_take(Lab* lab, unsigned c) {
       if (s->own_at.load(std::memory_order_relaxed) == apart) s->own_at.store(joined, std::memory_order_relaxed);
     }
   }
-  lab->lists[c].head = kf.head;
-  lab_count_n(lab->lists[c].frees, n);
-  kf.head = nullptr;
-  kf.count.store(0, std::memory_order_relaxed);
+  lab->lists[c].head = kept_frees_detach(lab, c);
   return true;
 }
 

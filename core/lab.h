@@ -225,8 +225,8 @@ constexpr uint32_t kKeptDone = 0xffffffffu;
 // blocks of its kept spans of a class whose spans hold at most
 // kListAcrossBlocks blocks (1 KiB and up) onto free[c] too, as it frees those
 // of its hot span, once it frees and allocates them in turn (a span kept
-// keeps them apart first: below), so the next block of the class handed out is the one
-// freed last, whatever its span, as a thread cache's list hands them out in
+// keeps them apart first: below), so the next block of the class handed out
+// is the one freed last, whatever its span, as a thread cache's list hands them out in
 // tcmalloc. With a list per span, a class of few blocks a span (8-128 KiB
 // blocks: 2 to 32) switched kept spans at most mallocs (kept_switch: two CASes, the
 // first waiting for the store buffer to drain), each handing out a block
@@ -256,8 +256,8 @@ constexpr uint32_t kKeptDone = 0xffffffffu;
 // block they have in use, they all start over (kept_restart_all: no block is
 // read), and the structure built next comes off one span at a time, in
 // address order (a structure dropped in part is taken whole onto free[c],
-// as before). On one list with free[c] it came
-// back in the order of its frees, scattered over every span of the class:
+// as before). On one list with free[c] it came back in the order of its
+// frees, scattered over every span of the class:
 // bench/relink with 1 KiB nodes took 5.6 times mimalloc's time walking it,
 // and now about mimalloc's (docs/benchmarks.md, Stop 104). Nothing on the
 // fast path changes: the free pushes onto the list own_at names, either way.

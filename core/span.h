@@ -214,8 +214,8 @@ FW_INLINE void* block_at(uintptr_t base, uint32_t index) {
 // The owner-side list of a span its LAB keeps (lab.h): a CPU LAB's frees of
 // a kept span's blocks go onto it, and a per-thread LAB's kept spans get
 // back onto it the blocks of theirs that leave free[c] or the LAB's kept
-// list (lab_return_kept_frees, lab.cpp); kept_switch moves it to the LAB's free[c] when the span is hot
-// again. It lives in the descriptor: the head in `large_size` (which only
+// list (lab_return_kept_frees, lab.cpp); kept_switch moves it to the LAB's
+// free[c] when the span is hot again. It lives in the descriptor: the head in `large_size` (which only
 // large and huge blocks use; links are encoded as in free[c], secure.h), the
 // count in `own_frees`, the word after the head as free[c]'s count is
 // (own_count_after, lab.h). While the span is its LAB's hot span the list is
