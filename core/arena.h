@@ -204,6 +204,18 @@ uint32_t arena_region_count();  // ids handed out so far (an upper bound for wal
 // walks over its descriptors.
 uint32_t arena_vspans_used(uint32_t r);
 
+// Calls f(descriptor) for each vspan the arena regions have handed out so far
+// (statistics and checks: one load a vspan, racing with the spans' owners).
+template <typename F>
+void arena_each_vspan(F f) {
+  const Span* table = g_spans.load(std::memory_order_acquire);
+  if (table == nullptr) return;
+  for (uint32_t r = 0; r < arena_region_count(); r++) {
+    const uint32_t used = arena_vspans_used(r);
+    for (uint32_t v = 0; v < used; v++) f(table[size_t(r) * kVspansPerRegion + v]);
+  }
+}
+
 bool arena_is_valid();
 
 }  // namespace fw

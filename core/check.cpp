@@ -47,20 +47,15 @@ int check_heap() {
   }
   if (pooled != kept_pool_taken())
     bad += !report_invariant("lab: the LABs' pooled kept bytes are not the pool's count", pooled);
-  Span* table = g_spans.load(std::memory_order_acquire);
-  for (uint32_t r = 0; table != nullptr && r < arena_region_count(); r++) {
-    uint32_t used = arena_vspans_used(r);
-    for (uint32_t v = 0; v < used; v++) {
-      const Span* s = &table[size_t(r) * kVspansPerRegion + v];
-      if (!span_is_valid(s)) bad++;
-      Anchor a = Anchor::unpack(s->anchor.load(std::memory_order_acquire));
-      if (a.state != kHot && a.state != kFull && a.state != kPartial) continue;
-      // The class is read apart from the state: a span recycled in between (a
-      // call made while other threads allocate) may have no class any more.
-      const unsigned c = s->cls.load(std::memory_order_relaxed);
-      if (c < kClassCount) in_use[c] += s->carved.load(std::memory_order_relaxed) - a.count;
-    }
-  }
+  arena_each_vspan([&](const Span& s) {
+    if (!span_is_valid(&s)) bad++;
+    Anchor a = Anchor::unpack(s.anchor.load(std::memory_order_acquire));
+    if (a.state != kHot && a.state != kFull && a.state != kPartial) return;
+    // The class is read apart from the state: a span recycled in between (a
+    // call made while other threads allocate) may have no class any more.
+    const unsigned c = s.cls.load(std::memory_order_relaxed);
+    if (c < kClassCount) in_use[c] += s.carved.load(std::memory_order_relaxed) - a.count;
+  });
   fw_stats_t st;
   stats_fill(&st);
   for (unsigned c = 0; c < kClassCount; c++) {

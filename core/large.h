@@ -72,6 +72,8 @@ size_t large_move_pages(void* q, void* p, const Span* d, size_t bytes);
 // 2^k and 1.5 * 2^k (large.cpp).
 uint32_t run_class(uint32_t need);
 
+// Counters, but live_spans: the vspans of live runs, counted by a walk of the
+// descriptor table (a call costs one load a vspan handed out).
 struct LargeStats {
   uint64_t live_bytes, allocs, frees, live_spans;
 };

@@ -111,21 +111,19 @@ void stats_fill(fw_stats_t* out) {
     cs.live += live_of(t, c);
   }
   // Span states: one pass over the descriptors of the regions handed out.
-  Span* table = g_spans.load(std::memory_order_acquire);
-  if (table == nullptr) return;
-  for (uint32_t r = 0; r < arena_region_count(); r++) {
-    uint32_t used = arena_vspans_used(r);
-    for (uint32_t v = 0; v < used; v++) {
-      const Span& s = table[size_t(r) * kVspansPerRegion + v];
-      uint32_t state = Anchor::unpack(s.anchor.load(std::memory_order_relaxed)).state;
-      uint32_t c = s.cls.load(std::memory_order_relaxed);
-      if (state == kHot) out->spans_hot++;
-      else if (state == kFull) out->spans_full++;
-      else if (state == kPartial) out->spans_partial++;
-      else continue;
-      if (c < kClassCount) out->classes[sized_class(c)].spans++;
-    }
-  }
+  arena_each_vspan([out](const Span& s) {
+    uint32_t state = Anchor::unpack(s.anchor.load(std::memory_order_relaxed)).state;
+    uint32_t c = s.cls.load(std::memory_order_relaxed);
+    if (state == kHot)
+      out->spans_hot++;
+    else if (state == kFull)
+      out->spans_full++;
+    else if (state == kPartial)
+      out->spans_partial++;
+    else
+      return;
+    if (c < kClassCount) out->classes[sized_class(c)].spans++;
+  });
 }
 
 void stats_print(int fd) {

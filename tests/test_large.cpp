@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -61,6 +62,36 @@ TEST_CASE("a freed large run is reused for the next large block of that length")
   void* b = fw_malloc(2 * kVspanSize);
   CHECK(b == a);
   fw_free(b);
+}
+
+namespace {
+// A thread that frees a large block of another thread's, then makes large
+// pairs of its own: no other call, and no C++ runtime of its own (std::thread
+// frees its state object from the new thread).
+void* large_only_thread(void* arg) {
+  fw_free(arg);
+  for (int i = 0; i < 100; i++) {
+    void* q = fw_malloc(2 * kVspanSize);
+    if (q == nullptr) return arg;
+    fw_free(q);
+  }
+  return nullptr;
+}
+}  // namespace
+
+TEST_CASE("large blocks need no thread cache: a thread whose calls are large frees and mallocs binds none") {
+  void* block = fw_malloc(kVspanSize + 100);
+  REQUIRE(block != nullptr);
+  fw_stats_t before, after;
+  fw_stats(&before);
+  pthread_t t;
+  REQUIRE(pthread_create(&t, nullptr, large_only_thread, block) == 0);
+  void* failed = block;
+  REQUIRE(pthread_join(t, &failed) == 0);
+  CHECK(failed == nullptr);
+  fw_stats(&after);
+  CHECK(after.large_frees - before.large_frees == 101);
+  CHECK(after.threads_created == before.threads_created);
 }
 
 TEST_CASE(
