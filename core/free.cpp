@@ -150,16 +150,6 @@ void free_with(Lab* mine, void* p, Span* d, bool checked) {
 }
 
 void free_slow(void* p, Lab* lab, Span* d) {
-  // A large or huge block's head (the start of a block, or the misuse
-  // large_free reports) needs no LAB, in either mode: no binding, no switch to
-  // per-CPU mode, no adoption, which wait for the thread's next small call.
-  if (d != nullptr) {
-    const uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
-    if (state == kLarge || state == kHuge) {
-      large_free(p, d);
-      return lab_leave(lab);
-    }
-  }
   if (FW_HAS_RSEQ && FW_LIKELY(lab == &g_lab_cpu)) {  // a thread in per-CPU mode (percpu.h)
     lab_leave(lab);
     return free_percpu(p, d);
@@ -170,6 +160,15 @@ void free_slow(void* p, Lab* lab, Span* d) {
 void free_slow_thread(void* p, Lab* lab, Span* d) {
   if (p == nullptr || d == nullptr) {  // no LAB needed
     if (p != nullptr) free_with(lab, p, nullptr, false);
+    return lab_leave(lab);
+  }
+  // Nor for a large or huge block's head (its start, or the misuse large_free
+  // reports): the binding, the switch to per-CPU mode and the adoption below
+  // wait for the thread's next small call. (Per-CPU frees, which come through
+  // free_slow, take no LAB for it either: percpu_free_slow.)
+  const uint32_t state = Anchor::unpack(d->anchor.load(std::memory_order_acquire)).state;
+  if (state == kLarge || state == kHuge) {
+    large_free(p, d);
     return lab_leave(lab);
   }
   if (FW_HAS_RSEQ && percpu_serves(lab)) {

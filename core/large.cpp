@@ -14,10 +14,10 @@
 namespace fw {
 namespace {
 
-// Statistics (large_stats). The vspans of live runs are not counted here but
-// by a walk of the descriptors (large_stats), which holds them in the states
-// LARGE and LARGE_TAIL: one locked add fewer on a large block's malloc and
-// one on its free.
+// Statistics (large_stats). The vspans of live runs are not counted here:
+// statistics find them in their states, LARGE and LARGE_TAIL, as they walk
+// the descriptors (stats_fill), which spares a large block's malloc and its
+// free a locked add each.
 std::atomic<uint64_t> g_live_bytes{0}, g_allocs{0}, g_frees{0};
 
 // Sets s's state to `state` if the state it finds is in `from` (bit 1 << state
@@ -386,13 +386,8 @@ size_t large_move_pages(void* q, void* p, const Span* d, size_t bytes) {
 }
 
 LargeStats large_stats() {
-  uint64_t spans = 0;  // live runs' heads and tails (a huge block's region is not a run)
-  arena_each_vspan([&spans](const Span& s) {
-    const uint32_t state = Anchor::unpack(s.anchor.load(std::memory_order_relaxed)).state;
-    spans += state == kLarge || state == kLargeTail;
-  });
   return LargeStats{g_live_bytes.load(std::memory_order_relaxed), g_allocs.load(std::memory_order_relaxed),
-                    g_frees.load(std::memory_order_relaxed), spans};
+                    g_frees.load(std::memory_order_relaxed)};
 }
 
 uint64_t large_live_bytes() { return g_live_bytes.load(std::memory_order_relaxed); }

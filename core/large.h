@@ -72,10 +72,10 @@ size_t large_move_pages(void* q, void* p, const Span* d, size_t bytes);
 // 2^k and 1.5 * 2^k (large.cpp).
 uint32_t run_class(uint32_t need);
 
-// Counters, but live_spans: the vspans of live runs, counted by a walk of the
-// descriptor table (a call costs one load a vspan handed out).
+// The counters. The vspans of live runs are counted where statistics walk
+// the descriptors (stats_fill: fw_stats_t::spans_large).
 struct LargeStats {
-  uint64_t live_bytes, allocs, frees, live_spans;
+  uint64_t live_bytes, allocs, frees;
 };
 LargeStats large_stats();
 // large_stats().live_bytes alone: one load.

@@ -97,7 +97,6 @@ void stats_fill(fw_stats_t* out) {
   out->large_live_bytes = large.live_bytes;
   out->large_allocs = large.allocs;
   out->large_frees = large.frees;
-  out->spans_large = large.live_spans;
   out->spans_pooled = pool_span_count();
   out->threads_live = lab_threads_live();
   out->threads_created = lab_threads_created();
@@ -113,6 +112,10 @@ void stats_fill(fw_stats_t* out) {
   // Span states: one pass over the descriptors of the regions handed out.
   arena_each_vspan([out](const Span& s) {
     uint32_t state = Anchor::unpack(s.anchor.load(std::memory_order_relaxed)).state;
+    if (state == kLarge || state == kLargeTail) {  // a live run's head and tails (large.cpp)
+      out->spans_large++;
+      return;
+    }
     uint32_t c = s.cls.load(std::memory_order_relaxed);
     if (state == kHot)
       out->spans_hot++;
