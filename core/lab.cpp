@@ -571,15 +571,23 @@ void hot_release(Lab* lab, unsigned c) {
 // counted in that list's count only, which is dropped: its own count counts
 // it. Nothing to do in a LAB that keeps its frees apart by span, whose
 // free[c] holds only hot[c]'s blocks.
+namespace {
+// Pushes free block b of a span lab keeps onto that span's own list
+// (own_list_at), counted there.
+void own_list_push(void* b, const Span* s) {
+  const uintptr_t list = own_list_at(s);
+  block_link(b, word_load_relaxed(list));
+  own_prepend(list, b);
+}
+}  // namespace
+
 void lab_return_kept_frees(Lab* lab, unsigned c) {
   if (!lists_kept_frees(lab, c) || lab->kept_n[c] == 0) return;
   const Span* hot = lab->hot[c];
   Lab::KeptFrees& kf = lab->kept_frees[c];
   for (void* b = kf.head; b != nullptr;) {
     void* const next = block_next(b);
-    const uintptr_t list = own_list_at(span_of(b));
-    block_link(b, word_load_relaxed(list));
-    own_prepend(list, b);
+    own_list_push(b, span_of(b));
     b = next;
   }
   kf.head = nullptr;
@@ -597,9 +605,7 @@ void lab_return_kept_frees(Lab* lab, unsigned c) {
         block_link(stay, b);
       stay = b;
     } else {
-      const uintptr_t list = own_list_at(s);
-      block_link(b, word_load_relaxed(list));
-      own_prepend(list, b);
+      own_list_push(b, s);
       moved++;
     }
     b = next;
