@@ -180,7 +180,7 @@ void* large_alloc(size_t size, size_t align, bool zero, size_t room, uint64_t* u
     return nullptr;
   }
   if (bytes > before) {
-    const uint64_t paid = pool_pay_fresh(n, bytes - before);
+    const uint64_t paid = pool_pay_fresh(head, n, bytes - before);
     if (unpaid != nullptr && n > kBigRunVspans) *unpaid = bytes - before - paid;
   }
   head->offset.store(uint32_t(p - base), std::memory_order_relaxed);

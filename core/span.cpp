@@ -180,7 +180,7 @@ bool span_make_hot(Span* s, unsigned cls, Lab* lab) {
     pool_give(s, 1);
     return false;
   }
-  if (ci.span_bytes > had) pool_pay_fresh(1, ci.span_bytes - had);  // fresh pages: idle ones go back
+  if (ci.span_bytes > had) pool_pay_fresh(s, 1, ci.span_bytes - had);  // fresh pages: idle ones go back
   uint32_t capacity = ci.capacity;
   uint32_t colour = 0;
   if (secure_mode()) {

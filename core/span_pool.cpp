@@ -696,12 +696,6 @@ static bool claim_pay() {
   return claim_purge();
 }
 
-// Stranded pages (span_pool.h, pool_pay_fresh): of the warm runs of a big
-// block's length (more than kBigRunVspans) but shorter than n, in either
-// frontier (a big block takes the spans' frontier's runs too when its own has
-// none), those below a block in use (not free_above) give back the last of
-// their pages (a run's pages stay a prefix), until `need` bytes are given back
-// or none is left (claim_pay's cases do nothing). Returns the bytes given back.
 // The pays' look at big blocks' runs (pay_with_stranded, pay_with_idle_big):
 // visit_held on the stacks of frontier f's warm runs longer than
 // kBigRunVspans that may hold runs shorter than `below` (exact lengths from
@@ -716,12 +710,59 @@ static void visit_warm_big_runs(unsigned f, uint32_t below, Visit& visit, Done d
     visit_held(grab(g_log[f][1][k], kNoIndex, &g_purge_rest), nullptr, visit);
 }
 
+// Stranded pages paid away and faulted back. A program that churns big
+// blocks of random sizes at a steady footprint (mimalloc-bench's malloc-large:
+// 20 live zeroed buffers of 5-25 MiB, one replaced at random) takes the runs
+// it strands again for its next blocks no longer than they, and faults in
+// again the pages a pay gave back: 272,000 page faults instead of 147,500, a
+// tenth more time, for 5% less peak RSS (docs/benchmarks.md, Stop 105). So a
+// pay marks each run it trims with the time (kPaidMark in large_size, which a
+// pooled run's head does not use: no block size, own-list head or merge's
+// stretch link has bit 63). A big take that commits pages in a run so marked,
+// within FREEWAY_DECAY_MS of the pay, has faulted paid pages back: the
+// program reuses what it strands, and pays with stranded runs wait until
+// FREEWAY_DECAY_MS after the last such take. What it strands still goes back
+// with the decay if no block takes it. This is the working-set rule of the
+// bound's footprint (give_bound), applied to the pay's own gives: a program
+// that strands a run and goes on to bigger blocks (the 40/50 MiB case, a
+// 40/50/60 MiB cycle) shows no refault and keeps the pay. malloc-large took
+// 167,000-176,000 faults and 0.86-0.93 of the time with it, four random live
+// buffers of 5-60 MiB 0.86-0.92 of the time at the same peak RSS. The cost:
+// an R script of growing vectors, sorts and matrix products, which faults
+// paid pages back too, peaked at 491-504 MiB instead of 466-472 (518 without
+// the pay, mimalloc 478; docs/benchmarks.md, Stop 106).
+constexpr uint64_t kPaidMark = uint64_t(1) << 63;
+static std::atomic<uint64_t> g_paid_refault_at{0};  // ms + 1 of the last refault; 0: none
+
+// Whether pays with stranded runs wait (above), noting a refault first if
+// `head`, whose run has just committed fresh pages, was paid away lately.
+static bool stranded_pays_wait(const Span* head) {
+  const uint64_t delay = decay_ms(), now = now_ms();
+  const uint64_t mark = head->large_size.load(std::memory_order_relaxed);
+  if ((mark & kPaidMark) != 0 && uint32_t(now) - uint32_t(mark) <= delay) {
+    g_paid_refault_at.store(now + 1, std::memory_order_relaxed);
+    return true;
+  }
+  const uint64_t at = g_paid_refault_at.load(std::memory_order_relaxed);
+  return at != 0 && now + 1 - at <= delay;
+}
+
+// Stranded pages (span_pool.h, pool_pay_fresh): of the warm runs of a big
+// block's length (more than kBigRunVspans) but shorter than n, in either
+// frontier (a big block takes the spans' frontier's runs too when its own has
+// none), those below a block in use (not free_above) give back the last of
+// their pages (a run's pages stay a prefix), until `need` bytes are given back
+// or none is left (claim_pay's cases do nothing), and are marked as paid
+// (kPaidMark, above). Returns the bytes given back.
 static uint64_t pay_with_stranded(uint32_t n, uint64_t need) {
   if (!claim_pay()) return 0;
   uint64_t gave = 0;
-  auto visit = [n, &need, &gave](Span* s) {
+  const uint64_t mark = kPaidMark | uint32_t(now_ms());
+  auto visit = [n, mark, &need, &gave](Span* s) {
     if (need == 0 || s->run_len.load(std::memory_order_relaxed) >= n || free_above(span_index(s))) return;
+    const uint64_t before = gave;
     trim_tail_counted(s, &need, &gave);
+    if (gave != before) s->large_size.store(mark, std::memory_order_relaxed);
   };
   for (unsigned f = 0; f < kFrontiers && need > 0; f++)
     if (has_runs(f)) visit_warm_big_runs(f, n, visit, [&need] { return need == 0; });
@@ -776,8 +817,9 @@ static uint64_t pay_with_idle_big(uint64_t bytes) {
   return gave;
 }
 
-uint64_t pool_pay_fresh(uint32_t n, uint64_t bytes) {
-  return n > kBigRunVspans ? pay_with_stranded(n, bytes) : pay_with_idle_big(bytes);
+uint64_t pool_pay_fresh(const Span* head, uint32_t n, uint64_t bytes) {
+  if (n <= kBigRunVspans) return pay_with_idle_big(bytes);
+  return stranded_pays_wait(head) ? 0 : pay_with_stranded(n, bytes);
 }
 
 // Single spans' pages (whole: a single span's stack is by its pages,
@@ -1162,6 +1204,7 @@ uint64_t pool_collect() {
   // footprint of its last cycle no longer holds pages.
   g_footprint.store(0, std::memory_order_relaxed);
   g_bound_gave.store(0, std::memory_order_relaxed);
+  g_paid_refault_at.store(0, std::memory_order_relaxed);  // and pays start over
   // Take everything, decommit, push back (push_free overwrites pool_next, so
   // read the next link first).
   uint64_t gave = 0;

@@ -127,7 +127,10 @@ uint32_t pool_take_after(uint32_t end, uint32_t least, uint32_t most, uint64_t* 
 //   block in use (free_above). Such a run waits for a block no longer than
 //   it, while the program's bigger blocks take fresh pages beside it:
 //   allocate 40 MiB, then 50, free the 40 and allocate 50 again, and the heap
-//   held 140 MiB (glibc and mimalloc 100).
+//   held 140 MiB (glibc and mimalloc 100). Such pays wait while the program
+//   takes the runs it paid with again and faults their pages back in (head:
+//   the run that has just committed its pages; span_pool.cpp,
+//   stranded_pays_wait).
 // - A small span or a block of kBigRunVspans or fewer: of big blocks' runs
 //   (the oldest age buckets first), once such fresh pages come to a quantum
 //   with no big block taken meanwhile (a big block's take shows those runs
@@ -137,7 +140,7 @@ uint32_t pool_take_after(uint32_t end, uint32_t least, uint32_t most, uint64_t* 
 //   gave them back: R peaked at 394-406 MiB in 4 runs of 26, 347-361 in the
 //   others, and now at 344-350 (mimalloc 341-347; docs/benchmarks.md, Stop 97).
 // Returns the bytes given back.
-uint64_t pool_pay_fresh(uint32_t n, uint64_t bytes);
+uint64_t pool_pay_fresh(const Span* head, uint32_t n, uint64_t bytes);
 // What a big block's fresh pages left unpaid (pool_pay_fresh), up to the bytes
 // of the emptied spans its thread gave to the pool after it (alloc.cpp,
 // large_block): the pool gives back `need` bytes of the pages of single spans

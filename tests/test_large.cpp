@@ -19,6 +19,7 @@
 #include "core/alloc.h"
 #include "core/arena.h"
 #include "core/large.h"
+#include "core/options.h"
 #include "core/percpu.h"
 #include "core/span_pool.h"
 #include "freeway.h"
@@ -133,49 +134,99 @@ TEST_CASE("large blocks need no thread cache: a thread whose calls are large fre
   CHECK(after.threads_created == before.threads_created + (percpu_on() ? 0 : 1));
 }
 
+// A freed big run below a block in use (stranded): a (40 MiB, a run of 192
+// vspans, 48 MiB) written and freed, with b (50 MiB) right above it, so that
+// a's run cannot grow. Blocks that a pooled run served instead of b's place
+// are held meanwhile.
+struct Stranded {
+  static constexpr size_t kMiB = size_t(1) << 20;
+  char* a = nullptr;
+  uint32_t ai = 0;     // a's run
+  uint32_t a_len = 0;  // its length in vspans (a pooled run may be longer than 192)
+  char* b = nullptr;
+  std::vector<void*> held;
+  Stranded() {
+    fw_collect();  // no pages pooled from earlier tests, and the pays start over (one process runs them all in per_thread.test_large)
+    a = static_cast<char*>(fw_malloc(40 * kMiB));
+    REQUIRE(a != nullptr);
+    ai = span_index(span_of(a));
+    a_len = span_of(a)->run_len.load();
+    for (int i = 0; i < 16 && b == nullptr; i++) {
+      char* t = static_cast<char*>(fw_malloc(50 * kMiB));
+      REQUIRE(t != nullptr);
+      if (span_index(span_of(t)) == ai + a_len)
+        b = t;
+      else
+        held.push_back(t);
+    }
+    REQUIRE(b != nullptr);
+    std::memset(a, 1, 40 * kMiB);
+    std::memset(b, 2, 50 * kMiB);
+    fw_free(a);
+    REQUIRE(span_at(ai)->committed.load() == 40 * kMiB);  // kept with its pages
+  }
+  ~Stranded() {
+    fw_free(b);
+    for (void* h : held) fw_free(h);
+    CHECK(large_spans_in_use() == 0);
+    CHECK(pool_is_valid());
+    fw_collect();
+  }
+};
+
 TEST_CASE(
     "a big block that faults in fresh pages gives back as many of a freed big run's below a block in use, "
     "which it can neither use nor grow over (pool_pay_fresh)") {
-  constexpr size_t kMiB = size_t(1) << 20;
-  std::vector<void*> held;
-  fw_collect();  // no pages pooled from earlier tests (one process runs them all in per_thread.test_large)
-  // a (a run of 192 vspans, 48 MiB), then b right above it, so that a's run,
-  // once freed, cannot grow. (Should a pooled run serve b, hold it and try again.)
-  char* a = static_cast<char*>(fw_malloc(40 * kMiB));
-  REQUIRE(a != nullptr);
-  const uint32_t ai = span_index(span_of(a)), a_len = span_of(a)->run_len.load();
-  char* b = nullptr;
-  for (int i = 0; i < 16 && b == nullptr; i++) {
-    char* t = static_cast<char*>(fw_malloc(50 * kMiB));
-    REQUIRE(t != nullptr);
-    if (span_index(span_of(t)) == ai + a_len)
-      b = t;
-    else
-      held.push_back(t);
-  }
-  REQUIRE(b != nullptr);
-  std::memset(a, 1, 40 * kMiB);
-  std::memset(b, 2, 50 * kMiB);
-  fw_free(a);
-  REQUIRE(span_at(ai)->committed.load() == 40 * kMiB);  // kept with its pages
+  constexpr size_t kMiB = Stranded::kMiB;
+  Stranded st;
   const uint64_t committed = committed_bytes();
   // c is longer than a's run: fresh pages, and a's pay for them.
   char* c = static_cast<char*>(fw_malloc(50 * kMiB));
   REQUIRE(c != nullptr);
-  CHECK(span_index(span_of(c)) != ai);
+  CHECK(span_index(span_of(c)) != st.ai);
   INFO("committed before c: ", committed >> 20, " MiB, after: ", committed_bytes() >> 20, " MiB");
   CHECK(committed_bytes() <= committed + 10 * kMiB);
-  CHECK(span_at(ai)->committed.load() == 0);
+  CHECK(span_at(st.ai)->committed.load() == 0);
   CHECK(pool_is_valid());
   // a's run still serves a block of its length.
   char* d = static_cast<char*>(fw_malloc(40 * kMiB));
-  CHECK(d == a);
+  CHECK(d == st.a);
   fw_free(d);
   fw_free(c);
-  fw_free(b);
-  for (void* h : held) fw_free(h);
-  CHECK(large_spans_in_use() == 0);
+}
+
+TEST_CASE(
+    "once a block faults back the pages a stranded run paid with, such runs keep their pages for the decay "
+    "delay (stranded_pays_wait)") {
+  constexpr size_t kMiB = Stranded::kMiB;
+  const auto start = std::chrono::steady_clock::now();
+  Stranded st;
+  const size_t longer = size_t(st.a_len) * kVspanSize + 8 * kMiB;  // than a's run
+  char* c = static_cast<char*>(fw_malloc(longer));  // a's run pays for c's fresh pages
+  REQUIRE(c != nullptr);
+  REQUIRE(span_at(st.ai)->committed.load() == 0);
+  // d takes a's run and faults its pages in again: the program reuses the
+  // runs it strands.
+  char* d = static_cast<char*>(fw_malloc(40 * kMiB));
+  REQUIRE(d == st.a);
+  std::memset(d, 3, 40 * kMiB);
+  fw_free(d);
+  REQUIRE(span_at(st.ai)->committed.load() == 40 * kMiB);
+  // e is longer than a's run too: fresh pages, and this time no pay.
+  char* e = static_cast<char*>(fw_malloc(longer + 8 * kMiB));
+  REQUIRE(e != nullptr);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  if (uint64_t(ms.count()) < uint64_t(option(Option::decay_ms)) / 2) {
+    // (A purge pass may have tapered its tail since: a run younger than the
+    // delay keeps most of its pages. A pay would have taken them all.)
+    INFO("a's run committed ", span_at(st.ai)->committed.load() >> 20, " MiB after e");
+    CHECK(span_at(st.ai)->committed.load() >= 30 * kMiB);
+  } else {
+    MESSAGE("the test took ", ms.count(), " ms, more than half the decay delay: a's pages may have gone with it");
+  }
   CHECK(pool_is_valid());
+  fw_free(e);
+  fw_free(c);
 }
 
 TEST_CASE("large calloc reads zero after the run held dirty data") {
