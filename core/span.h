@@ -60,7 +60,10 @@
 //   pool_next, reuse_next  the stacks (tagged_stack.h).
 //   reuse_cls   the thread that pushes the span on a reusable stack, before the push.
 //   large_size  a large or huge head's usable bytes; while a small span is
-//               HOT, the head of its owner-side free list (own_head).
+//               HOT, the head of its owner-side free list (own_head); while
+//               a run head is pooled, the holder's: a merge's stretch link,
+//               or the time a pay gave its pages back with bit 63 set
+//               (span_pool.cpp, kPaidMark).
 //   own_frees   the owning LAB while HOT (own_count: its own list's length, 0
 //               while it is its LAB's hot span); stale in other states.
 //               Its add is ordered after the pushed block's link and canary
@@ -215,8 +218,8 @@ FW_INLINE void* block_at(uintptr_t base, uint32_t index) {
 // a kept span's blocks go onto it, and a per-thread LAB's kept spans get
 // back onto it the blocks of theirs that leave free[c] or the LAB's kept
 // list (lab_return_kept_frees, lab.cpp); kept_switch moves it to the LAB's
-// free[c] when the span is hot again. It lives in the descriptor: the head in `large_size` (which only
-// large and huge blocks use; links are encoded as in free[c], secure.h), the
+// free[c] when the span is hot again. It lives in the descriptor: the head in `large_size` (which
+// large and huge blocks and pooled run heads use otherwise; links are encoded as in free[c], secure.h), the
 // count in `own_frees`, the word after the head as free[c]'s count is
 // (own_count_after, lab.h). While the span is its LAB's hot span the list is
 // empty and the count 0, its owner's frees going onto free[c] (own_at) and

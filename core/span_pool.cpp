@@ -717,8 +717,9 @@ static void visit_warm_big_runs(unsigned f, uint32_t below, Visit& visit, Done d
 // again the pages a pay gave back: 272,000 page faults instead of 147,500, a
 // tenth more time, for 5% less peak RSS (docs/benchmarks.md, Stop 105). So a
 // pay marks each run it trims with the time (kPaidMark in large_size, which a
-// pooled run's head does not use: no block size, own-list head or merge's
-// stretch link has bit 63). A big take that commits pages in a run so marked,
+// pooled run's head uses otherwise only within a merge, as a stretch link; no
+// stretch link, block size or own-list head has bit 63). A merge's link
+// replaces the mark, and a refault then goes unseen: the pay goes on. A big take that commits pages in a run so marked,
 // within FREEWAY_DECAY_MS of the pay, has faulted paid pages back: the
 // program reuses what it strands, and pays with stranded runs wait until
 // FREEWAY_DECAY_MS after the last such take. What it strands still goes back
@@ -726,7 +727,7 @@ static void visit_warm_big_runs(unsigned f, uint32_t below, Visit& visit, Done d
 // bound's footprint (give_bound), applied to the pay's own gives: a program
 // that strands a run and goes on to bigger blocks (the 40/50 MiB case, a
 // 40/50/60 MiB cycle) shows no refault and keeps the pay. malloc-large took
-// 167,000-176,000 faults and 0.86-0.93 of the time with it, four random live
+// 166,000-176,000 faults and 0.86-0.93 of the time with it, four random live
 // buffers of 5-60 MiB 0.86-0.92 of the time at the same peak RSS. The cost:
 // an R script of growing vectors, sorts and matrix products, which faults
 // paid pages back too, peaked at 491-504 MiB instead of 466-472 (518 without
@@ -1212,6 +1213,8 @@ uint64_t pool_collect() {
     Span* s = span_at(i);
     i = s->pool_next.load(std::memory_order_relaxed);
     gave += s->committed.load(std::memory_order_relaxed);
+    if ((s->large_size.load(std::memory_order_relaxed) & kPaidMark) != 0)
+      s->large_size.store(0, std::memory_order_relaxed);  // its pages go now, not by a pay
     decommit_span(s);
     push_free(s, s->run_len.load(std::memory_order_relaxed));
   }

@@ -127,10 +127,10 @@ uint32_t pool_take_after(uint32_t end, uint32_t least, uint32_t most, uint64_t* 
 //   block in use (free_above). Such a run waits for a block no longer than
 //   it, while the program's bigger blocks take fresh pages beside it:
 //   allocate 40 MiB, then 50, free the 40 and allocate 50 again, and the heap
-//   held 140 MiB (glibc and mimalloc 100). Such pays wait while the program
-//   takes the runs it paid with again and faults their pages back in (head:
-//   the run that has just committed its pages; span_pool.cpp,
-//   stranded_pays_wait).
+//   held 140 MiB (glibc and mimalloc 100). Such pays wait for
+//   FREEWAY_DECAY_MS after a big block faults back in the pages a pay gave
+//   back from its run (head: the run that has just committed its pages;
+//   span_pool.cpp, stranded_pays_wait).
 // - A small span or a block of kBigRunVspans or fewer: of big blocks' runs
 //   (the oldest age buckets first), once such fresh pages come to a quantum
 //   with no big block taken meanwhile (a big block's take shows those runs
