@@ -719,10 +719,10 @@ static void visit_warm_big_runs(unsigned f, uint32_t below, Visit& visit, Done d
 // pay marks each run it trims with the time (kPaidMark in large_size, which a
 // pooled run's head uses otherwise only within a merge, as a stretch link; no
 // stretch link, block size or own-list head has bit 63). A merge's link
-// replaces the mark, and a refault then goes unseen: the pay goes on. A big take that commits pages in a run so marked,
-// within FREEWAY_DECAY_MS of the pay, has faulted paid pages back: the
-// program reuses what it strands, and pays with stranded runs wait until
-// FREEWAY_DECAY_MS after the last such take. What it strands still goes back
+// replaces the mark, and a refault then goes unseen: the pay goes on. A big
+// take that commits pages in a run so marked, within FREEWAY_DECAY_MS of the
+// pay, has faulted paid pages back: the program reuses what it strands, and
+// pays with stranded runs wait until FREEWAY_DECAY_MS after the last such take. What it strands still goes back
 // with the decay if no block takes it. This is the working-set rule of the
 // bound's footprint (give_bound), applied to the pay's own gives: a program
 // that strands a run and goes on to bigger blocks (the 40/50 MiB case, a
@@ -735,10 +735,11 @@ static void visit_warm_big_runs(unsigned f, uint32_t below, Visit& visit, Done d
 constexpr uint64_t kPaidMark = uint64_t(1) << 63;
 static std::atomic<uint64_t> g_paid_refault_at{0};  // ms + 1 of the last refault; 0: none
 
-// Whether pays with stranded runs wait (above), noting a refault first if
-// `head`, whose run has just committed fresh pages, was paid away lately.
-static bool stranded_pays_wait(const Span* head) {
-  const uint64_t delay = decay_ms(), now = now_ms();
+// Whether pays with stranded runs wait (above) at `now`, noting a refault
+// first if `head`, whose run has just committed fresh pages, was paid away
+// lately.
+static bool stranded_pays_wait(const Span* head, uint64_t now) {
+  const uint64_t delay = decay_ms();
   const uint64_t mark = head->large_size.load(std::memory_order_relaxed);
   if ((mark & kPaidMark) != 0 && uint32_t(now) - uint32_t(mark) <= delay) {
     g_paid_refault_at.store(now + 1, std::memory_order_relaxed);
@@ -754,11 +755,11 @@ static bool stranded_pays_wait(const Span* head) {
 // none), those below a block in use (not free_above) give back the last of
 // their pages (a run's pages stay a prefix), until `need` bytes are given back
 // or none is left (claim_pay's cases do nothing), and are marked as paid
-// (kPaidMark, above). Returns the bytes given back.
-static uint64_t pay_with_stranded(uint32_t n, uint64_t need) {
+// (kPaidMark, above) at `now`. Returns the bytes given back.
+static uint64_t pay_with_stranded(uint32_t n, uint64_t need, uint64_t now) {
   if (!claim_pay()) return 0;
   uint64_t gave = 0;
-  const uint64_t mark = kPaidMark | uint32_t(now_ms());
+  const uint64_t mark = kPaidMark | uint32_t(now);
   auto visit = [n, mark, &need, &gave](Span* s) {
     if (need == 0 || s->run_len.load(std::memory_order_relaxed) >= n || free_above(span_index(s))) return;
     const uint64_t before = gave;
@@ -820,7 +821,8 @@ static uint64_t pay_with_idle_big(uint64_t bytes) {
 
 uint64_t pool_pay_fresh(const Span* head, uint32_t n, uint64_t bytes) {
   if (n <= kBigRunVspans) return pay_with_idle_big(bytes);
-  return stranded_pays_wait(head) ? 0 : pay_with_stranded(n, bytes);
+  const uint64_t now = now_ms();  // one clock read for the look and the marks
+  return stranded_pays_wait(head, now) ? 0 : pay_with_stranded(n, bytes, now);
 }
 
 // Single spans' pages (whole: a single span's stack is by its pages,

@@ -145,6 +145,9 @@ struct Stranded {
   uint32_t a_len = 0;  // its length in vspans (a pooled run may be longer than 192)
   char* b = nullptr;
   std::vector<void*> held;
+  // The size of a block longer than a's run by `extra` bytes: it cannot take
+  // that run, whatever length the pool gave a.
+  size_t past_a(size_t extra) const { return size_t(a_len) * kVspanSize + extra; }
   Stranded(const Stranded&) = delete;
   Stranded& operator=(const Stranded&) = delete;
   Stranded() {
@@ -182,8 +185,9 @@ TEST_CASE(
   constexpr size_t kMiB = Stranded::kMiB;
   Stranded st;
   const uint64_t committed = committed_bytes();
-  // c is longer than a's run: fresh pages, and a's pay for them.
-  char* c = static_cast<char*>(fw_malloc(50 * kMiB));
+  // c is longer than a's run (50 MiB for a run of 192 vspans): fresh pages,
+  // and a's pay for them.
+  char* c = static_cast<char*>(fw_malloc(st.past_a(2 * kMiB)));
   REQUIRE(c != nullptr);
   CHECK(span_index(span_of(c)) != st.ai);
   INFO("committed before c: ", committed >> 20, " MiB, after: ", committed_bytes() >> 20, " MiB");
@@ -202,8 +206,7 @@ TEST_CASE(
     "delay (stranded_pays_wait)") {
   constexpr size_t kMiB = Stranded::kMiB;
   Stranded st;
-  const size_t longer = size_t(st.a_len) * kVspanSize + 8 * kMiB;  // than a's run
-  char* c = static_cast<char*>(fw_malloc(longer));  // a's run pays for c's fresh pages
+  char* c = static_cast<char*>(fw_malloc(st.past_a(8 * kMiB)));  // a's run pays for c's fresh pages
   REQUIRE(c != nullptr);
   REQUIRE(span_at(st.ai)->committed.load() == 0);
   // d takes a's run and faults its pages in again: the program reuses the
@@ -215,7 +218,7 @@ TEST_CASE(
   fw_free(d);
   REQUIRE(span_at(st.ai)->committed.load() == 40 * kMiB);
   // e is longer than a's run too: fresh pages, and this time no pay.
-  char* e = static_cast<char*>(fw_malloc(longer + 8 * kMiB));
+  char* e = static_cast<char*>(fw_malloc(st.past_a(16 * kMiB)));
   REQUIRE(e != nullptr);
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - freed);
   if (uint64_t(ms.count()) < uint64_t(option(Option::decay_ms)) / 8) {
