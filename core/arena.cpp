@@ -107,11 +107,15 @@ uint32_t region_id_alloc() {
 
 // Resets descriptors [from, to) of region r's slice to FREE and unowned, and
 // counts them as initialised. A recycled slice keeps its tags so that stale
-// anchors never repeat.
+// anchors never repeat. A descriptor from `inited` on was never written (tag
+// 0) and is only stored to: a load first would map the shared zero page, and
+// the store then fault again and flush the TLB of every CPU the process runs
+// on (two faults and an interrupt to each other CPU per page of descriptors).
 void slice_init(uint32_t r, uint32_t from, uint32_t to) {
   Span* slice = g_spans.load(std::memory_order_relaxed) + size_t(r) * kVspansPerRegion;
+  const uint32_t written = g_regions[r].inited.load(std::memory_order_relaxed);
   for (uint32_t i = from; i < to; i++) {
-    uint64_t tag = Anchor::unpack(slice[i].anchor.load(std::memory_order_relaxed)).tag + 1;
+    uint64_t tag = (i < written ? Anchor::unpack(slice[i].anchor.load(std::memory_order_relaxed)).tag : 0) + 1;
     slice[i].anchor.store(Anchor{0, 0, kFree, false, uint32_t(tag)}.pack(), std::memory_order_relaxed);
     slice[i].owner.store(nullptr, std::memory_order_relaxed);
     slice[i].committed.store(0, std::memory_order_relaxed);

@@ -1,6 +1,7 @@
 // Arena: regions, the region map and descriptor lookup.
 #include <doctest/doctest.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -79,6 +80,30 @@ TEST_CASE("a huge region reserves its size rounded to a vspan, owns its slots, a
   CHECK(span_of(reinterpret_cast<void*>(base)) == nullptr);
   CHECK(span_of(reinterpret_cast<void*>(base + 3 * kRegionSize)) == nullptr);
   CHECK_FALSE(arena_owns(reinterpret_cast<void*>(base)));
+  CHECK(arena_is_valid());
+}
+
+// A fresh slice's descriptors are only stored to: a load first would map the
+// zero page, and each page would fault twice (and, with threads on other
+// CPUs, flush their TLBs).
+TEST_CASE("a fresh descriptor slice faults each of its pages once") {
+  REQUIRE(arena_init());
+  // No id waits for reuse, so the region gets an id whose slice no region has touched.
+  for (uint32_t r = 0; r < arena_region_count(); r++)
+    REQUIRE((g_regions[r].kind.load() != kRegionUnused || g_regions[r].inited.load() == 0));
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  const long before = u.ru_minflt;
+  uint32_t r = arena_huge_reserve(kRegionSize, kRegionSize);  // every descriptor of its slice
+  getrusage(RUSAGE_SELF, &u);
+  const long faults = u.ru_minflt - before;
+  REQUIRE(r != kNoIndex);
+  const long pages = long(kVspansPerRegion * sizeof(Span) / 4096);
+  CHECK(g_regions[r].inited.load() == kVspansPerRegion);
+  CHECK(faults >= pages / 2);  // the slice was fresh: its pages did fault
+  CHECK(faults < pages + pages / 4);
+  MESSAGE(faults << " minor faults for " << pages << " pages of descriptors");
+  arena_huge_release(r);
   CHECK(arena_is_valid());
 }
 
