@@ -1277,6 +1277,10 @@ Span* quarantined_span(const void* p) {
 }
 
 void lab_flush_quarantine(Lab* lab) {
+  // Only secure mode fills a quarantine; outside it a thread's exit leaves
+  // these last pages of its LAB untouched (a scan would map the zero page and
+  // the store of the count fault again).
+  if (!secure_mode()) return;
   for (void*& slot : lab->quarantine) {
     void* p = slot;
     if (p == nullptr) continue;

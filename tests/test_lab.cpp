@@ -1,6 +1,8 @@
 // Thread caches (LABs): binding, local reuse, reentrancy, thread exit and adoption.
 #include <doctest/doctest.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -14,6 +16,7 @@
 #include "core/free.h"
 #include "core/lab.h"
 #include "core/options.h"
+#include "core/secure.h"
 #include "core/span_pool.h"
 #include "freeway.h"
 #include "kept_util.h"
@@ -283,6 +286,22 @@ TEST_CASE("a thread's LAB goes back to the idle stack at exit and is reused by t
   fw_stats_t s;
   fw_stats(&s);
   CHECK(s.threads_created >= 2);
+}
+
+// Only secure mode fills a quarantine (secure_heap.h): its pages, the LAB's
+// last, stay untouched by a thread that lives and exits in the default mode.
+TEST_CASE("a thread's exit outside secure mode leaves its LAB's quarantine pages untouched") {
+  REQUIRE_FALSE(secure_mode());
+  Lab* lab = nullptr;
+  std::thread([&] {
+    fw_free(fw_malloc(10));
+    lab = lab_current();
+  }).join();
+  REQUIRE(lab != nullptr);
+  const uintptr_t page = reinterpret_cast<uintptr_t>(&lab->quarantine_bytes) & ~uintptr_t(os::page_size() - 1);
+  unsigned char resident = 1;
+  REQUIRE(mincore(reinterpret_cast<void*>(page), os::page_size(), &resident) == 0);
+  CHECK((resident & 1) == 0);
 }
 
 TEST_CASE("frees into spans the thread let float wait in pending chains, one per span, and reach each span in one step") {
