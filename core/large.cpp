@@ -304,6 +304,10 @@ static bool extend_run_over_pool(Span* head, uint64_t total) {
   if (need <= len) return false;
   const uint32_t hi = span_index(head), end = hi + len;
   if (frontier_of(need) != arena_frontier(hi) || end % kVspansPerRegion == 0) return false;
+  // At the heap's top (vspans never handed out) nothing is pooled, and the
+  // descriptor may never have been written: reading it would map the zero
+  // page, which the store that initialises it then faults out again.
+  if (end % kVspansPerRegion >= arena_vspans_used(end / kVspansPerRegion)) return false;
   // A hint, read without holding the neighbour: the take settles it.
   if (Anchor::unpack(span_at(end)->anchor.load(std::memory_order_relaxed)).state != kFree) return false;
   const uint64_t adds = total - (uint64_t(len) << kVspanShift);
