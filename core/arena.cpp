@@ -122,7 +122,7 @@ void slice_init(uint32_t r, uint32_t from, uint32_t to) {
     slice[i].cls.store(uint16_t(kNoClass), std::memory_order_release);  // its window is its base
     slice[i].run_len.store(0, std::memory_order_relaxed);
   }
-  if (to > g_regions[r].inited.load(std::memory_order_relaxed)) g_regions[r].inited.store(to, std::memory_order_relaxed);
+  if (to > written) g_regions[r].inited.store(to, std::memory_order_relaxed);
 }
 
 // Makes region r describe [base, base+size) and publishes it in the map. The

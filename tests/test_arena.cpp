@@ -98,7 +98,7 @@ TEST_CASE("a fresh descriptor slice faults each of its pages once") {
   getrusage(RUSAGE_SELF, &u);
   const long faults = u.ru_minflt - before;
   REQUIRE(r != kNoIndex);
-  const long pages = long(kVspansPerRegion * sizeof(Span) / 4096);
+  const long pages = long(kVspansPerRegion * sizeof(Span) / os::page_size());
   CHECK(g_regions[r].inited.load() == kVspansPerRegion);
   CHECK(faults >= pages / 2);  // the slice was fresh: its pages did fault
   CHECK(faults < pages + pages / 4);

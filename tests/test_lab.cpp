@@ -293,11 +293,14 @@ TEST_CASE("a thread's LAB goes back to the idle stack at exit and is reused by t
 TEST_CASE("a thread's exit outside secure mode leaves its LAB's quarantine pages untouched") {
   REQUIRE_FALSE(secure_mode());
   Lab* lab = nullptr;
+  uint32_t kind = kLabIdle;
   std::thread([&] {
     fw_free(fw_malloc(10));
     lab = lab_current();
+    kind = lab->kind.load();
   }).join();
   REQUIRE(lab != nullptr);
+  REQUIRE(kind == kLabThread);  // a LAB of its own (FREEWAY_PERCPU=0), not a CPU's
   const uintptr_t page = reinterpret_cast<uintptr_t>(&lab->quarantine_bytes) & ~uintptr_t(os::page_size() - 1);
   unsigned char resident = 1;
   REQUIRE(mincore(reinterpret_cast<void*>(page), os::page_size(), &resident) == 0);
