@@ -1,7 +1,6 @@
 // Arena: regions, the region map and descriptor lookup.
 #include <doctest/doctest.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -14,6 +13,7 @@
 #include "core/span_pool.h"
 #include "freeway.h"
 #include "platform/os.h"
+#include "test_util.h"
 
 using namespace fw;
 
@@ -91,12 +91,9 @@ TEST_CASE("a fresh descriptor slice faults each of its pages once") {
   // No id waits for reuse, so the region gets an id whose slice no region has touched.
   for (uint32_t r = 0; r < arena_region_count(); r++)
     REQUIRE((g_regions[r].kind.load() != kRegionUnused || g_regions[r].inited.load() == 0));
-  rusage u;
-  getrusage(RUSAGE_SELF, &u);
-  const long before = u.ru_minflt;
+  const long before = fwtest::minor_faults();
   uint32_t r = arena_huge_reserve(kRegionSize, kRegionSize);  // every descriptor of its slice
-  getrusage(RUSAGE_SELF, &u);
-  const long faults = u.ru_minflt - before;
+  const long faults = fwtest::minor_faults() - before;
   REQUIRE(r != kNoIndex);
   const long pages = long(kVspansPerRegion * sizeof(Span) / os::page_size());
   CHECK(g_regions[r].inited.load() == kVspansPerRegion);

@@ -23,6 +23,7 @@
 #include "core/percpu.h"
 #include "core/span_pool.h"
 #include "freeway.h"
+#include "test_util.h"
 
 using namespace fw;
 
@@ -556,13 +557,6 @@ TEST_CASE("realloc grows a huge block in place once it has moved to a region wit
   fw_free(q);
 }
 
-// Minor page faults of this process so far.
-static long minor_faults() {
-  rusage u;
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_minflt;
-}
-
 // Whether this kernel moves pages with mremap(MREMAP_DONTUNMAP) (Linux 5.7+),
 // tried on a mapping of the test's own.
 static bool kernel_moves_pages() {
@@ -645,9 +639,9 @@ TEST_CASE("realloc grows a large block in place over the freed run after it, tak
   CHECK(retained - pool_retained_bytes() == uint64_t(len - a_len) * kVspanSize);
   CHECK(pooled - pool_span_count() == len - a_len);  // the rest of b's run is back
   CHECK(span_of(q)->committed.load() == uint64_t(len) * kVspanSize);
-  const long before = minor_faults();
+  const long before = fwtest::minor_faults();
   std::memset(q + 8 * kMiB, 2, 56 * kMiB);
-  const long faults = minor_faults() - before;
+  const long faults = fwtest::minor_faults() - before;
   MESSAGE("minor faults writing the 56 MiB it grew by: ", faults);
   CHECK(faults < 64);  // 14,336 pages: they were b's, still there
   CHECK(q[0] == 1);
@@ -673,9 +667,9 @@ TEST_CASE("realloc moves a huge block's pages to its new region instead of copyi
   // realloc to `bytes`, which must move the block: the new pointer, and the
   // minor faults the call took.
   auto moved_to = [&](char* from, size_t bytes, long& faults) {
-    const long before = minor_faults();
+    const long before = fwtest::minor_faults();
     char* to = static_cast<char*>(fw_realloc(from, bytes));
-    faults = minor_faults() - before;
+    faults = fwtest::minor_faults() - before;
     REQUIRE(to != nullptr);
     CHECK(to != from);
     return to;
@@ -744,9 +738,9 @@ TEST_CASE("realloc moves a large block's pages into the huge block it grows into
     fill_page_offsets(p, n);
     p[n - 1] = 0x5a;
     Span* run = span_of(p);
-    const long before = minor_faults();
+    const long before = fwtest::minor_faults();
     char* q = static_cast<char*>(fw_realloc(p, kLargeMax + (16u << 20)));
-    const long faults = minor_faults() - before;
+    const long faults = fwtest::minor_faults() - before;
     REQUIRE(q != nullptr);
     CHECK(Anchor::unpack(span_of(q)->anchor.load()).state == kHuge);
     CHECK(pages_without_offset(q, n) == 0);

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <link.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -39,6 +40,13 @@ inline void sleep_ns(uint64_t ns) {
   timespec ts{time_t(ns / 1000000000ull), long(ns % 1000000000ull)};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
   }
+}
+
+// Minor page faults of this process so far (no allocation).
+inline long minor_faults() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
 }
 
 // One write(2), its result ignored (no allocation).
