@@ -65,6 +65,20 @@ FW_INLINE void single_writer_add_one_after(std::atomic<T>& counter, const void* 
   counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_release);
 #endif
 }
+// single_writer_add_one for a 64-bit counter, true when it is 0 after: `addq
+// $1, mem` and the zero flag (a LAB's allocation count, which counts up to 0
+// from below to call for the decay's look: lab.h, lab_tick).
+FW_INLINE bool single_writer_add_one_is_zero(std::atomic<uint64_t>& counter) {
+#if FW_FOLD_RELAXED
+  bool zero;
+  asm volatile("addq $1, %0" : "+m"(counter), "=@ccz"(zero));
+  return zero;
+#else
+  const uint64_t now = counter.load(std::memory_order_relaxed) + 1;
+  counter.store(now, std::memory_order_relaxed);
+  return now == 0;
+#endif
+}
 // Subtracts one from a 16-bit counter that only one thread writes (a pending
 // chain's room, lab.h) and others read with relaxed loads; true when it is 0
 // after: `subw $1, mem` and the zero flag.

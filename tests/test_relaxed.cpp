@@ -68,3 +68,16 @@ TEST_CASE("single_writer_add_one adds one at the counter's width and touches not
   single_writer_add_one(wide);
   CHECK(wide.load() == 0x100000000ull);  // carries into the high half
 }
+
+TEST_CASE("single_writer_add_one_is_zero adds one and says whether the counter came to 0") {
+  std::atomic<uint64_t> c{~uint64_t(0) - 1};  // -2
+  CHECK_FALSE(single_writer_add_one_is_zero(c));
+  CHECK(c.load() == ~uint64_t(0));
+  CHECK(single_writer_add_one_is_zero(c));  // -1 + 1 wraps to 0
+  CHECK(c.load() == 0u);
+  CHECK_FALSE(single_writer_add_one_is_zero(c));
+  CHECK(c.load() == 1u);
+  std::atomic<uint64_t> wide{0xFFFFFFFFu};
+  CHECK_FALSE(single_writer_add_one_is_zero(wide));  // the low half wraps, the counter does not
+  CHECK(wide.load() == 0x100000000ull);
+}
