@@ -4,10 +4,12 @@
 //   size test; class table load (the class's list word, list_word); load
 //   the thread slot; store BUSY to it; load free[c]; test; load next (plain:
 //   block_next_fast); store free[c]; prefetch next; clear the block's free
-//   canary; bump allocs[c] (in free[c]'s line: lab.h ClassList); store the
-//   LAB back.
-// 21 instructions on x86-64 for malloc(n <= 1024) up to the return (GCC 12,
-// objdump; docs/design.md). The thread's frees into its hot span of the class
+//   canary; bump allocs[c] (in free[c]'s line: lab.h ClassList) and branch
+//   to the decay's tick when it comes to 0 (lab.h, lab_tick); store the LAB
+//   back.
+// 22 instructions on x86-64 for malloc(n <= 1024) up to the return (GCC 12,
+// objdump; docs/design.md; 21 before the tick's branch, Stop 108). The
+// thread's frees into its hot span of the class
 // are on free[c] already (lab.h own_push): when free[c] is empty, the slow
 // path refills it. (Until Stop 65 those frees waited on the span's own list,
 // which a branch of 14 more instructions here moved to free[c].) The slow
@@ -85,10 +87,13 @@ FW_INLINE void* alloc_at(size_t w, size_t n) {
   // The next malloc of class c reads next's link: a list of blocks freed long
   // ago is cold, and its pops would each wait for a miss in turn.
   __builtin_prefetch(next, 1);
+  // Counted up to 0 from below: the add that reaches it calls for the
+  // decay's look (lab.h, the decay's tick), by a jump.
+  const bool tick = single_writer_add_one_is_zero(l.allocs);
 #if FREEWAY_HARDENING
   clear_canary(p);
 #endif
-  lab_count(l.allocs);
+  if (FW_UNLIKELY(tick)) return lab_tick(p, lab, &l);
   lab_leave(lab);
   return p;
 }

@@ -66,6 +66,14 @@ Lab* lab_new() {
     if (id >= kMaxLabs) return nullptr;
   } while (!g_lab_next.compare_exchange_weak(id, id + 1, std::memory_order_relaxed));
   lab->id = id;
+  // Counts from -kTickAllocs (lab.h, the decay's tick), stored without a
+  // load: a fresh LAB's first page read first would map the zero page
+  // (docs/design.md, "Fresh metadata is stored to first").
+  for (unsigned c = 0; c < kClassCount; c++) {
+    lab->lists[c].allocs.store(uint64_t(0) - kTickAllocs, std::memory_order_relaxed);
+    lab->lists[c].allocs_base.store(kTickAllocs, std::memory_order_relaxed);
+  }
+  lab->tick_ms = os::now_ms_coarse();
   set_pending_slots(lab, kPendingChains);
   lab->pending_budget = kPendingBudget;
   g_lab_table[id].store(lab, std::memory_order_release);
@@ -659,7 +667,7 @@ void release_empty_kept(Lab* lab) {
   // miss each (docs/benchmarks.md, Stop 85). Only frees since the last
   // return can have put such blocks there: a list left with its hot span's
   // blocks alone is not walked again at each look.
-  const uint64_t allocs = lab->lists[d].allocs.load(std::memory_order_relaxed);
+  const uint64_t allocs = lab_allocs_of(lab, d);
   if (allocs == lab->kept_seen[d].allocs && kept_frees_waiting(lab, d)) return_kept_frees_seen(lab, d);
   lab->kept_seen[d].allocs = allocs;
   // kept_release moves the last entry into i: i is looked at again.
@@ -701,6 +709,31 @@ uint64_t release_emptied_kept(Lab* lab) {
     }
   }
   return gave;
+}
+
+// The decay's look at lab's kept spans (lab_tick): every kept span with no
+// block in use goes back, of every class, and stale entries are dropped, as
+// release_emptied_kept does; but a class listed across its spans returns
+// its list's blocks of kept spans to them only if it took no block since
+// this look's last look at it (tick_seen), a delay before. A class in use
+// keeps its list whole, as at release_empty_kept's looks: a walk of a long
+// list is a miss a block, and its spans' blocks on it are in use as far as
+// the spans know, so its spans stay kept. (The looks keep counts apart:
+// release_empty_kept's first look at a class leaves it whole.)
+void release_idle_kept(Lab* lab) {
+  for (uint64_t classes = lab->kept_classes; classes != 0; classes &= classes - 1) {
+    const unsigned c = unsigned(__builtin_ctzll(classes));
+    const uint64_t allocs = lab_allocs_of(lab, c);
+    if (allocs == lab->tick_seen[c] && kept_frees_waiting(lab, c)) return_kept_frees_seen(lab, c);
+    lab->tick_seen[c] = allocs;
+    // kept_release moves the last entry into i: i is looked at again.
+    for (unsigned i = 0; i < lab->kept_n[c];) {
+      if (kept_emptied(lab, c, lab->kept_at(c, i)))
+        kept_release(lab, c, i);  // empty, or stale: dropped
+      else
+        i++;
+    }
+  }
 }
 
 // Whether free list `list`, of blocks of bsize bytes, starts with kOrderLook
@@ -1187,10 +1220,26 @@ uint64_t lab_release_emptied_current() {
   return gave;
 }
 
+void* lab_tick(void* p, Lab* lab, ClassList* l) {
+  lab_arm_tick(lab, unsigned(l - lab->lists));
+  if (lab->kind.load(std::memory_order_relaxed) == kLabThread) {
+    const uint64_t now = os::now_ms_coarse();
+    const uint64_t delay = uint64_t(option(Option::decay_ms));
+    const uint64_t every = delay > kTickLookMinMs ? delay : kTickLookMinMs;
+    if (now - lab->tick_ms >= every) {
+      lab->tick_ms = now;
+      release_idle_kept(lab);
+      pool_tick();
+    }
+  }
+  lab_leave(lab);
+  return p;
+}
+
 // lab_refill's block p of class c, carved and handed out at once: counted
 // as a block taken off free[c] is.
 FW_INLINE void* handed_out(Lab* lab, unsigned c, void* p) {
-  lab_count(lab->lists[c].allocs);
+  lab_count_alloc(lab, c);
   return p;
 }
 
@@ -1201,7 +1250,7 @@ void* lab_refill(Lab* lab, unsigned c) {
       lab->lists[c].head = block_next(p);
       __builtin_prefetch(lab->lists[c].head, 1);  // as alloc_class does
       clear_canary(p);
-      lab_count(lab->lists[c].allocs);
+      lab_count_alloc(lab, c);
       return p;
     }
     if (Span* s = lab->hot[c]) {
@@ -1364,6 +1413,11 @@ bool lab_is_valid(const Lab* lab) {
       ok = report_invariant("lab: a pending chain's class mask lacks its bit", c);
   if (bytes != lab->pending_bytes || bytes > lab->pending_budget)
     ok = report_invariant("lab: pending chains hold other than their byte count, or over the budget", uint32_t(bytes));
+  const uint32_t holder_kind = lab->kind.load(std::memory_order_relaxed);
+  for (unsigned c = 0; c < kClassCount; c++)
+    if ((holder_kind == kLabThread || holder_kind == kLabParked) && lab->lists[c].head != nullptr &&
+        lab->lists[c].allocs.load(std::memory_order_relaxed) + kTickAllocs >= kTickAllocs)
+      ok = report_invariant("lab: a thread's class with blocks to hand out whose count would not tick", c);
   uint64_t quarantined = 0;  // secure mode (lab.h): the quarantine's block sizes
   for (const void* q : lab->quarantine) {
     if (q == nullptr) continue;

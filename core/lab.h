@@ -54,9 +54,12 @@
 //   lists only blocks of live kept spans of class c, never of hot[c], as
 //   many as its count says, and is empty in a class not listed across its
 //   spans.
-//   lists[c].allocs only grows, and lists[c].frees too but where
-//   lab_return_kept_frees takes off it the blocks it moves from free[c] to
-//   own lists (each counted there when pushed: never below 0). They are
+//   lab_allocs_of (lists[c].allocs + allocs_base) only grows, and
+//   lists[c].frees too but where lab_return_kept_frees takes off it the
+//   blocks it moves from free[c] to own lists (each counted there when
+//   pushed: never below 0); in a thread's LAB (bound or parked) whose free[c]
+//   is not empty, lists[c].allocs is in [-kTickAllocs, 0) (the decay's tick,
+//   below: the slow path that filled free[c] re-armed it). They are
 //   written by the
 //   LAB's holder (relaxed), or, while the LAB is in a CPU's slot, by the
 //   restartable sections of that CPU, whose one committing store writes the
@@ -161,7 +164,8 @@ constexpr uint64_t kParkedCheckEvery = 64;          // span-pool acquisitions be
 // again from block 0 (kept_switch, list_in_address_order in lab.cpp).
 // Kept spans with no block in use go back to the span-pool as the thread
 // takes spans from the shared stacks (lab_refill), a few at each, the classes
-// in turn (release_empty_kept), and at its exit or fw_collect. One whose last
+// in turn (release_empty_kept), at the decay's tick (below: a thread that
+// takes none), and at its exit or fw_collect. One whose last
 // block in use another thread frees goes back at once, taken by that free
 // (span.h, span_keep): its owner may allocate nothing more (a thread that
 // handed its blocks to others and waits, a parked LAB), and would keep it
@@ -457,15 +461,45 @@ FW_INLINE uint32_t pending_count(const PendingChain& ch) {
 // for a pop, head and frees for a push (platform/rseq.h), where a count of
 // its own took a second section each (Stop 69). Aligned to 32 bytes, so that
 // neither pair crosses a line.
+//
+// allocs counts up to 0 from below (the decay's tick, below): the blocks
+// handed out are allocs + allocs_base (lab_allocs_of). In a thread's LAB
+// whose list is not empty, allocs is within [-kTickAllocs, 0) between its
+// holder's calls (the invariants above).
 struct alignas(32) ClassList {
-  std::atomic<uint64_t> allocs;  // blocks handed out (lab_count)
-  void* head;                    // the list (a plain link in each block's first word)
-  std::atomic<uint64_t> frees;   // frees counted so far (the invariants below)
-  uint64_t unused;
+  std::atomic<uint64_t> allocs;       // blocks handed out, less allocs_base (lab_count_alloc)
+  void* head;                         // the list (a plain link in each block's first word)
+  std::atomic<uint64_t> frees;        // frees counted so far (the invariants below)
+  std::atomic<uint64_t> allocs_base;  // the holder's; other threads read it for figures
 };
 static_assert(offsetof(ClassList, allocs) == 0 && offsetof(ClassList, head) == 8 &&
                   offsetof(ClassList, frees) == offsetof(ClassList, head) + 8,
               "the sections' 16-byte commits: allocs then head, head then frees");
+
+// The decay's tick. A thread that frees a heap it built and goes on with a
+// small one (a server after a burst of requests, Redis after FLUSHALL) takes
+// no span from the shared stacks, where its emptied kept spans go back
+// (release_empty_kept), and no pool operation runs the decay: its fast path
+// alone serves it, and the pages stayed resident for as long as the thread
+// lived. So every kTickAllocs blocks of a class that a thread LAB hands out,
+// malloc's fast path calls lab_tick: each class's allocs counts up to 0 from
+// -kTickAllocs, and the add that reaches 0 sets the flag the fast path
+// branches on (one instruction). lab_tick moves kTickAllocs into
+// allocs_base and reads the coarse clock; once FREEWAY_DECAY_MS has passed
+// since its LAB's last look or its making (at least kTickLookMinMs), it
+// gives back the kept spans
+// with no block in use (release_idle_kept) and lets the span-pool run its
+// decay pass (pool_tick), which gives back pages that waited the delay. A
+// kept span given back stays committed in the pool for the delay: a thread
+// that needs it again soon takes it back with its pages. Slow paths count
+// with lab_count_alloc, which re-arms a count that is out of range (a LAB
+// that served a CPU, whose sections add with no test). Per-CPU mode's
+// sections never tick: a CPU LAB keeps one span a class.
+constexpr uint64_t kTickAllocs = 1024;
+// The least time between two looks of a LAB's tick, whatever the delay (0
+// included): a look reads every kept span's descriptor, up to a few thousand
+// misses, which this keeps to about 1% of a thread's time at most.
+constexpr uint64_t kTickLookMinMs = 10;
 
 struct Lab {
   ClassList lists[kClassCount];  // first: the fast path indexes it from the LAB pointer
@@ -485,6 +519,8 @@ struct Lab {
   HolderField<uint16_t> kept_n[kClassCount];     // kept spans of each class (kept_at)
   HolderField<uint16_t> kept_look[kClassCount];  // where kept_switch's next look starts
   uint64_t kept_classes;  // bit c: kept_n[c] > 0 (release_empty_kept visits only those classes)
+  uint64_t tick_ms;       // os::now_ms_coarse() at lab_tick's last look (the decay's tick, above)
+  uint64_t tick_seen[kClassCount];  // lab_allocs_of each class at lab_tick's last look
   struct {
     uint64_t allocs, frees;
   } kept_seen[kClassCount];  // lists[c]'s counts at release_empty_kept's last look at class c
@@ -646,9 +682,10 @@ FW_INLINE void lab_leave(Lab* slot) {
   lab_set_current(slot);
 }
 
-// Adds one to one of the LAB's own counters (allocs, frees), which its holder
-// writes (and, while the LAB is in a CPU's slot, that CPU's sections: above)
-// and others read with relaxed loads (relaxed.h).
+// Adds one to one of the LAB's own counters (frees; allocs through
+// lab_count_alloc), which its holder writes (and, while the LAB is in a
+// CPU's slot, that CPU's sections: above) and others read with relaxed loads
+// (relaxed.h).
 FW_INLINE void lab_count(std::atomic<uint64_t>& counter) { single_writer_add_one(counter); }
 
 // lab's allocations and frees of class c: its holders' counts and per-CPU
@@ -657,9 +694,35 @@ FW_INLINE void lab_count(std::atomic<uint64_t>& counter) { single_writer_add_one
 // arrays (HolderField): while the holder works, a span may be read twice or
 // missed (a figure, like the others; descriptors are never unmapped). Exact
 // while no thread allocates or frees (fw_check_heap).
+// allocs_base is read first (acquire) and re-armed last (release,
+// lab_arm_tick): a reader whose loads straddle a re-arm reads the new
+// allocs with the old base, a count too low for that moment, never one too
+// high that a peak (stats.h) would keep.
 FW_INLINE uint64_t lab_allocs_of(const Lab* lab, unsigned c) {
-  return lab->lists[c].allocs.load(std::memory_order_relaxed);
+  const uint64_t base = lab->lists[c].allocs_base.load(std::memory_order_acquire);
+  return lab->lists[c].allocs.load(std::memory_order_relaxed) + base;
 }
+// Moves class c's count into allocs_base so that allocs is -kTickAllocs
+// (the decay's tick, above): the blocks handed out stay the same. The
+// holder's, or a slow path's holding a CPU LAB out of its slot.
+FW_INLINE void lab_arm_tick(Lab* lab, unsigned c) {
+  ClassList& l = lab->lists[c];
+  const uint64_t n = l.allocs.load(std::memory_order_relaxed) + kTickAllocs;
+  l.allocs.store(uint64_t(0) - kTickAllocs, std::memory_order_relaxed);
+  l.allocs_base.store(l.allocs_base.load(std::memory_order_relaxed) + n, std::memory_order_release);
+}
+// Counts a block of class c handed out by a slow path: re-armed when the
+// count comes to 0 or was out of [-kTickAllocs, 0) (a LAB that served a CPU),
+// so that the fast path's count reaches 0 again within kTickAllocs.
+FW_INLINE void lab_count_alloc(Lab* lab, unsigned c) {
+  ClassList& l = lab->lists[c];
+  lab_count(l.allocs);
+  if (FW_UNLIKELY(l.allocs.load(std::memory_order_relaxed) + kTickAllocs >= kTickAllocs)) lab_arm_tick(lab, c);
+}
+// malloc's fast path's call when the count of list l (lab->lists[c]) came
+// to 0 after handing out p: re-arms it and looks at the decay's clock
+// (above). Entered with BUSY set; restores the slot; returns p.
+FW_NOINLINE void* lab_tick(void* p, Lab* lab, ClassList* l);
 // Not the blocks on lab's pending chains, which are frees too (counted when
 // a chain goes to its span): lab_add_pending_frees adds them, all classes in
 // one pass over the slots.

@@ -20,7 +20,8 @@ namespace fw {
     "MiB of freed spans and runs kept committed for reuse (or the most the heap had in use within FREEWAY_DECAY_MS, " \
     "or a cycle's footprint once it faults back what this bound gave back, if more)")                                 \
   X(decay_ms, 1000, 0, 0x7fffffff,                                                                                    \
-    "freed spans and runs kept committed give their pages back after this many ms unused; 0: at once")                \
+    "freed spans and runs kept committed give their pages back after this many ms unused (a thread's emptied "        \
+    "cached spans go to them as often, at least 10 ms apart); 0: at once")                                            \
   X(reuse_percent, 25, 1, 100, "a full span becomes reusable when this percent of its blocks are free (Hoard f)")     \
   X(kept_pool, 1, 0, 1,                                                                                               \
     "1: a thread keeps owning spans it filled past its 16 MiB as long as the per-thread caches the default mode "     \

@@ -1202,6 +1202,8 @@ void pool_after_fork_child() {
   g_purging.store(false, std::memory_order_relaxed);
 }
 
+void pool_tick() { maybe_purge(); }
+
 uint64_t pool_collect() {
   // A program that asks for its memory back asks for the bound too: the
   // footprint of its last cycle no longer holds pages.

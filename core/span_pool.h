@@ -176,6 +176,9 @@ void span_set_use(Span* s, unsigned cls);
 // to be unmapped as a whole).
 void span_forget_committed(Span* s);
 
+// The decay's clock for a thread that takes nothing from the pool (lab_tick,
+// lab.h): a purge pass if one is due, as at a give or a take.
+void pool_tick();
 // Decommits every retained span and run now (fw_collect, malloc_trim); returns
 // the bytes it gave back.
 uint64_t pool_collect();

@@ -4,7 +4,10 @@
 // allowance; test_kept_pool the pool past it.
 #include <doctest/doctest.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -17,6 +20,7 @@
 #include "core/span_pool.h"
 #include "freeway.h"
 #include "kept_util.h"
+#include "platform/os.h"
 #include "misuse_util.h"
 #include "test_util.h"
 
@@ -917,6 +921,49 @@ TEST_CASE(
     fw_free(p);
     for (void* q : live) fw_free(q);
     for (void* q : d.hot_blocks) fw_free(q);
+    CHECK(fw_check_heap() == 0);
+  }).join();
+}
+
+TEST_CASE(
+    "a thread that empties its kept spans and goes on with a few blocks, on its fast path alone, gives them back "
+    "within the decay's delay, and their pages go back a delay later (the decay's tick, lab.h)") {
+  fw_collect();
+  (void)option(Option::decay_ms);  // the table is read once: read it before the store below
+  detail::g_option_values[unsigned(Option::decay_ms)].store(20, std::memory_order_relaxed);
+  std::thread([] {
+    const unsigned c = class_of(kSize);
+    std::vector<Span*> spans;
+    const std::vector<void*> v = fill_spans(6, &spans);
+    REQUIRE(spans.size() >= 6);
+    for (void* p : v) fw_free(p);
+    // The spans before the last are kept with no block in use; the last is hot,
+    // its blocks on free[c].
+    const std::vector<Span*> emptied(spans.begin(), spans.end() - 1);
+    for (Span* s : emptied) REQUIRE(is_kept(s, c));
+    REQUIRE(lab_current()->hot[c] == spans.back());
+    auto all = [&](auto pred) {
+      for (Span* s : emptied)
+        if (!pred(s)) return false;
+      return true;
+    };
+    auto given_back = [&](const Span* s) { return !is_kept(s, c); };
+    auto paged_out = [&](const Span* s) { return s->committed.load() == 0; };
+    // One block allocated and freed in turn: the hot span's list, the fast
+    // path each time (no span taken, no pool operation).
+    const auto start = std::chrono::steady_clock::now();
+    auto within = [&](int ms) { return std::chrono::steady_clock::now() - start < std::chrono::milliseconds(ms); };
+    while (!all(given_back) && within(2000)) fw_free(fw_malloc(kSize));
+    CHECK(all(given_back));
+    for (Span* s : emptied) CHECK(state_of(s) == kFree);
+    CHECK(lab_current()->hot[c] == spans.back());
+    while (!all(paged_out) && within(4000)) fw_free(fw_malloc(kSize));
+    CHECK(all(paged_out));
+    for (Span* s : emptied) {
+      unsigned char resident = 1;
+      REQUIRE(mincore(reinterpret_cast<void*>(span_base(s)), os::page_size(), &resident) == 0);
+      CHECK((resident & 1) == 0);
+    }
     CHECK(fw_check_heap() == 0);
   }).join();
 }

@@ -102,7 +102,7 @@ TEST_CASE("per-CPU sections: a pop and a push change the list and its count in o
   CHECK(rec.list.head == nullptr);
   CHECK(rec.list.allocs.load() == 7);
   CHECK(rec.list.frees.load() == 9);  // pops leave the push count alone
-  CHECK(rec.list.unused == 0);
+  CHECK(rec.list.allocs_base.load() == 0);  // the sections touch neither word past the pair
   CHECK(os::rseq_pop_counted(off, slots, ncpu, 0) == nullptr);
   CHECK(rec.list.allocs.load() == 7);
   // A CPU number out of range (an array for no CPUs) fails both, changing nothing.
@@ -128,10 +128,10 @@ TEST_CASE("per-CPU mode: each CPU's slot has a cache line of its own, and the se
       Lab* lab = percpu_slot(cpu);
       REQUIRE(lab != nullptr);
       const unsigned c = class_of_small(96);
-      const uint64_t allocs = lab->lists[c].allocs.load();
+      const uint64_t allocs = lab_allocs_of(lab, c);
       void* b = fw_malloc(96);  // a pop from this CPU's LAB, counted there
       REQUIRE(b != nullptr);
-      CHECK(lab->lists[c].allocs.load() == allocs + 1);
+      CHECK(lab_allocs_of(lab, c) == allocs + 1);
       fw_free(b);
       fw_free(a);
     }).join();
@@ -158,10 +158,10 @@ TEST_CASE("per-CPU mode: a thread's first call puts the CPU placeholder in its s
     Lab* lab = percpu_slot(cpu);
     REQUIRE(lab != nullptr);
     const unsigned c = class_of_small(48);
-    const uint64_t allocs = lab->lists[c].allocs.load(), frees = lab->lists[c].frees.load();
+    const uint64_t allocs = lab_allocs_of(lab, c), frees = lab->lists[c].frees.load();
     void* b = fw_malloc(48);  // a pop from the CPU's list, counted there
     REQUIRE(b != nullptr);
-    CHECK(lab->lists[c].allocs.load() == allocs + 1);
+    CHECK(lab_allocs_of(lab, c) == allocs + 1);
     fw_free(b);  // onto the CPU's list: the next malloc of the class gets it back
     CHECK(lab->lists[c].frees.load() == frees + 1);
     CHECK(fw_malloc(48) == b);
