@@ -967,3 +967,35 @@ TEST_CASE(
     CHECK(fw_check_heap() == 0);
   }).join();
 }
+
+TEST_CASE(
+    "the decay's tick: a class listed across its spans that the thread stops using gives its emptied kept spans "
+    "back once it handed out no block for a delay, while the thread allocates only blocks of another class") {
+  fw_collect();
+  (void)option(Option::decay_ms);  // the table is read once: read it before the store below
+  detail::g_option_values[unsigned(Option::decay_ms)].store(20, std::memory_order_relaxed);
+  std::thread([] {
+    // Four kept spans of kDropSize blocks, all their blocks freed: they wait
+    // on the class's lists (kept_frees), in use as far as their spans know.
+    std::vector<void*> v, hot_blocks;
+    std::vector<Span*> spans;
+    four_kept_spans(&v, &spans, &hot_blocks);
+    const unsigned c = class_of(kDropSize);
+    for (void* p : v) fw_free(p);
+    for (Span* s : spans) REQUIRE(is_kept(s, c));
+    for (Span* s : spans) REQUIRE(local_of(s) == 0);  // their blocks are on the LAB's list, not their own
+    const auto start = std::chrono::steady_clock::now();
+    auto within = [&](int ms) { return std::chrono::steady_clock::now() - start < std::chrono::milliseconds(ms); };
+    auto any_kept = [&] {
+      for (Span* s : spans)
+        if (is_kept(s, c)) return true;
+      return false;
+    };
+    while (any_kept() && within(2000)) fw_free(fw_malloc(kSize));  // another class only
+    CHECK(!any_kept());
+    for (Span* s : spans) CHECK(state_of(s) == kFree);
+    CHECK(fw_check_heap() == 0);
+    for (void* p : hot_blocks) fw_free(p);
+  }).join();
+  CHECK(fw_check_heap() == 0);
+}
