@@ -1228,6 +1228,7 @@ void* lab_tick(void* p, Lab* lab, ClassList* l) {
     const uint64_t every = delay > kTickLookMinMs ? delay : kTickLookMinMs;
     if (now - lab->tick_ms >= every) {
       lab->tick_ms = now;
+      expire_old_parked();  // a dead thread's LAB no thread took, as at a thread's exit
       release_idle_kept(lab);
       pool_tick();
     }

@@ -132,8 +132,9 @@ constexpr uint64_t kLabQuarantineBytes = 1u << 20;
 // owner frees on the fast path, and it allocates from the spans the dead
 // thread left half used, as mimalloc's threads reclaim abandoned segments.
 // Bound: a parked LAB not taken within kParkedNs is flushed by whichever
-// thread next exits or takes spans from the span-pool (every
-// kParkedCheckEvery acquisitions), and fw_collect flushes every parked LAB; so parked LABs add
+// thread next exits, takes spans from the span-pool (every
+// kParkedCheckEvery acquisitions) or looks at the decay's tick (below), and
+// fw_collect flushes every parked LAB; so parked LABs add
 // at most min(CPUs, 64) LABs' worth of spans to the blowup bound's per-cache
 // term, for at most kParkedNs past the next such event (docs/design.md).
 // Threads do not park in per-CPU mode, where no thread binds a LAB.
@@ -487,7 +488,8 @@ static_assert(offsetof(ClassList, allocs) == 0 && offsetof(ClassList, head) == 8
 // branches on (one instruction). lab_tick moves kTickAllocs into
 // allocs_base and reads the coarse clock; once FREEWAY_DECAY_MS has passed
 // since its LAB's last look or its making (at least kTickLookMinMs), it
-// gives back the kept spans
+// flushes the parked LABs no thread took within kParkedNs (a worker that
+// freed a heap and exited), gives back the kept spans
 // with no block in use (release_idle_kept) and lets the span-pool run its
 // decay pass (pool_tick), which gives back pages that waited the delay. A
 // kept span given back stays committed in the pool for the delay: a thread

@@ -997,6 +997,27 @@ TEST_CASE("a parked LAB not taken within kParkedNs is flushed when the heap grow
   CHECK(fw_check_heap() == 0);
 }
 
+TEST_CASE("a parked LAB not taken within kParkedNs is flushed at the decay's tick of a thread that only allocates and "
+          "frees one block") {
+  fw_collect();
+  (void)option(Option::decay_ms);  // the table is read once: read it before the store below
+  detail::g_option_values[unsigned(Option::decay_ms)].store(20, std::memory_order_relaxed);
+  fw_free(fw_malloc(16));  // this thread's LAB bound: the exiting thread's parks
+  std::vector<void*> v;
+  Lab* parked = park_a_lab(&v, 1000, 100);
+  REQUIRE(parked->kind.load() == kLabParked);
+  std::this_thread::sleep_for(std::chrono::nanoseconds(kParkedNs + kParkedNs / 2));
+  // The fast path only: no span taken, no thread exit.
+  const auto start = std::chrono::steady_clock::now();
+  while (parked->kind.load() == kLabParked && std::chrono::steady_clock::now() - start < std::chrono::seconds(2))
+    fw_free(fw_malloc(16));
+  CHECK(parked->kind.load() == kLabIdle);
+  for (void* p : v) CHECK(span_of(p)->owner.load() != parked);
+  for (void* p : v) fw_free(p);
+  fw_collect();
+  CHECK(fw_check_heap() == 0);
+}
+
 TEST_CASE("a parked LAB not taken within kParkedNs is flushed at the next thread exit") {
   fw_collect();
   std::atomic<bool> go{false};
