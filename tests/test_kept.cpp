@@ -929,8 +929,7 @@ TEST_CASE(
     "a thread that empties its kept spans and goes on with a few blocks, on its fast path alone, gives them back "
     "within the decay's delay, and their pages go back a delay later (the decay's tick, lab.h)") {
   fw_collect();
-  (void)option(Option::decay_ms);  // the table is read once: read it before the store below
-  detail::g_option_values[unsigned(Option::decay_ms)].store(20, std::memory_order_relaxed);
+  fwtest::set_option(Option::decay_ms, 20);  // looks and passes 20 ms apart
   std::thread([] {
     const unsigned c = class_of(kSize);
     std::vector<Span*> spans;
@@ -972,8 +971,7 @@ TEST_CASE(
     "the decay's tick: a class listed across its spans that the thread stops using gives its emptied kept spans "
     "back once it handed out no block for a delay, while the thread allocates only blocks of another class") {
   fw_collect();
-  (void)option(Option::decay_ms);  // the table is read once: read it before the store below
-  detail::g_option_values[unsigned(Option::decay_ms)].store(20, std::memory_order_relaxed);
+  fwtest::set_option(Option::decay_ms, 20);  // looks and passes 20 ms apart
   std::thread([] {
     // Four kept spans of kDropSize blocks, all their blocks freed: they wait
     // on the class's lists (kept_frees), in use as far as their spans know.

@@ -1000,8 +1000,7 @@ TEST_CASE("a parked LAB not taken within kParkedNs is flushed when the heap grow
 TEST_CASE("a parked LAB not taken within kParkedNs is flushed at the decay's tick of a thread that only allocates and "
           "frees one block") {
   fw_collect();
-  (void)option(Option::decay_ms);  // the table is read once: read it before the store below
-  detail::g_option_values[unsigned(Option::decay_ms)].store(20, std::memory_order_relaxed);
+  fwtest::set_option(Option::decay_ms, 20);  // looks and passes 20 ms apart
   fw_free(fw_malloc(16));  // this thread's LAB bound: the exiting thread's parks
   std::vector<void*> v;
   Lab* parked = park_a_lab(&v, 1000, 100);
