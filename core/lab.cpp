@@ -687,6 +687,20 @@ void release_empty_kept(Lab* lab) {
   lab->kept_pos = i < lab->kept_n[d] ? i : kKeptDone;
 }
 
+// Gives back every kept span of class c with no block in use, and drops
+// stale entries; returns the bytes of the spans it gave back.
+uint64_t release_emptied_of(Lab* lab, unsigned c) {
+  uint64_t gave = 0;
+  // kept_release moves the last entry into i: i is looked at again.
+  for (unsigned i = 0; i < lab->kept_n[c];) {
+    if (!kept_emptied(lab, c, lab->kept_at(c, i)))
+      i++;
+    else if (kept_release(lab, c, i))  // a stale entry is only dropped
+      gave += class_info(c).span_bytes;
+  }
+  return gave;
+}
+
 // Gives back every kept span with no block in use, of every class, at once
 // (lab_release_emptied_current), and drops stale entries; returns the bytes of
 // the spans it gave back. A class whose list took frees since its blocks of
@@ -700,13 +714,7 @@ uint64_t release_emptied_kept(Lab* lab) {
   for (uint64_t classes = lab->kept_classes; classes != 0; classes &= classes - 1) {
     const unsigned c = unsigned(__builtin_ctzll(classes));
     if (kept_frees_waiting(lab, c)) return_kept_frees_seen(lab, c);
-    // kept_release moves the last entry into i: i is looked at again.
-    for (unsigned i = 0; i < lab->kept_n[c];) {
-      if (!kept_emptied(lab, c, lab->kept_at(c, i)))
-        i++;
-      else if (kept_release(lab, c, i))  // a stale entry is only dropped
-        gave += class_info(c).span_bytes;
-    }
+    gave += release_emptied_of(lab, c);
   }
   return gave;
 }
@@ -726,13 +734,7 @@ void release_idle_kept(Lab* lab) {
     const uint64_t allocs = lab_allocs_of(lab, c);
     if (allocs == lab->tick_seen[c] && kept_frees_waiting(lab, c)) return_kept_frees_seen(lab, c);
     lab->tick_seen[c] = allocs;
-    // kept_release moves the last entry into i: i is looked at again.
-    for (unsigned i = 0; i < lab->kept_n[c];) {
-      if (kept_emptied(lab, c, lab->kept_at(c, i)))
-        kept_release(lab, c, i);  // empty, or stale: dropped
-      else
-        i++;
-    }
+    release_emptied_of(lab, c);
   }
 }
 
@@ -1415,10 +1417,11 @@ bool lab_is_valid(const Lab* lab) {
   if (bytes != lab->pending_bytes || bytes > lab->pending_budget)
     ok = report_invariant("lab: pending chains hold other than their byte count, or over the budget", uint32_t(bytes));
   const uint32_t holder_kind = lab->kind.load(std::memory_order_relaxed);
-  for (unsigned c = 0; c < kClassCount; c++)
-    if ((holder_kind == kLabThread || holder_kind == kLabParked) && lab->lists[c].head != nullptr &&
-        lab->lists[c].allocs.load(std::memory_order_relaxed) + kTickAllocs >= kTickAllocs)
-      ok = report_invariant("lab: a thread's class with blocks to hand out whose count would not tick", c);
+  if (holder_kind == kLabThread || holder_kind == kLabParked)
+    for (unsigned c = 0; c < kClassCount; c++)
+      if (lab->lists[c].head != nullptr &&
+          lab->lists[c].allocs.load(std::memory_order_relaxed) + kTickAllocs >= kTickAllocs)
+        ok = report_invariant("lab: a thread's class with blocks to hand out whose count would not tick", c);
   uint64_t quarantined = 0;  // secure mode (lab.h): the quarantine's block sizes
   for (const void* q : lab->quarantine) {
     if (q == nullptr) continue;

@@ -32,10 +32,6 @@ inline std::vector<void*> fill_spans(uint32_t n, std::vector<fw::Span*>* spans, 
   return v;
 }
 
-// Turns the kept pool off for the rest of this process (ctest runs each case
-// in its own), as FREEWAY_KEPT_POOL=0 does: for cases that fill a LAB's own
-// allowance so that the spans past it float, in a test program whose other
-// cases run with the pool.
 // Sets option o to v for the rest of this process (ctest runs each case in
 // its own), as its environment variable would have.
 inline void set_option(fw::Option o, int64_t v) {
@@ -43,6 +39,10 @@ inline void set_option(fw::Option o, int64_t v) {
   fw::detail::g_option_values[unsigned(o)].store(v, std::memory_order_relaxed);
 }
 
+// Turns the kept pool off for the rest of this process (ctest runs each case
+// in its own), as FREEWAY_KEPT_POOL=0 does: for cases that fill a LAB's own
+// allowance so that the spans past it float, in a test program whose other
+// cases run with the pool.
 inline void kept_pool_off() {
   set_option(fw::Option::kept_pool, 0);
   REQUIRE(fw::kept_pool_limit() == 0);
