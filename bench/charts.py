@@ -221,6 +221,29 @@ def main():
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=8)
             save(fig, "lb-falseshare.png")
+        elif b["name"] == "after-peak" and b["configs"]:
+            # Per configuration, each allocator's resident set at the end (solid)
+            # in front of its peak (pale): how much of the peak it kept.
+            fig, ax = plt.subplots(figsize=(10, 4.2))
+            width = 0.8 / max(1, len(allocs))
+            for i, a in enumerate(allocs):
+                xs, ends, peaks = [], [], []
+                for k, c in enumerate(b["configs"]):
+                    e = c["allocators"].get(a)
+                    if e and "primary" in e:
+                        xs.append(k + (i - (len(allocs) - 1) / 2) * width)
+                        ends.append(e["primary"] / 1024.0)
+                        peaks.append(e["maxrss_kb"] / 1024.0)
+                ax.bar(xs, peaks, width=width, color=color(a), alpha=0.25)
+                ax.bar(xs, ends, width=width, color=color(a), label=a)
+            ax.set_xticks(range(len(b["configs"])))
+            ax.set_xticklabels([c["key"] for c in b["configs"]], fontsize=8)
+            ax.set_yscale("log")
+            ax.set_ylabel("MiB (log)")
+            ax.set_title("after-peak: resident set 3 s after the heap was freed (solid), peak (pale)")
+            ax.grid(True, axis="y", alpha=0.3)
+            ax.legend(fontsize=8)
+            save(fig, "after-peak.png")
 
     for w in written:
         print(w)

@@ -28,6 +28,8 @@
 #                       (libraries in lib/x86_64-linux-gnu)
 #   bench_run_lib       bench/run's --lib: specs it refuses, and an allocator
 #                       from a file run interleaved, with its environment
+#   after_peak          a heap freed four ways, then a small working set run
+#                       on the fast paths: the resident set comes back down
 # The preload tests compare a plain run with an LD_PRELOAD run; any difference
 # in output or exit status fails. Scripts exit 77 (skipped) when a tool is
 # missing.
@@ -206,4 +208,13 @@ if(TARGET bench_teardown AND TARGET bench_spawn AND FREEWAY_BENCH_BIN_DIR STREQU
     COMMAND ${FW_TEST_SCRIPTS}/bench_run_lib.sh ${PROJECT_SOURCE_DIR}/bench/run ${CMAKE_BINARY_DIR} $<TARGET_FILE:freeway>)
   set_tests_properties(bench_run_lib PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "TMPDIR=${FW_TEST_TMP}"
     LABELS override)  # preloads freeway
+endif()
+
+# --- the decay's tick, from outside (docs/design.md, "The decay's tick") -------
+# bench's after_peak under LD_PRELOAD: the memory of a freed heap goes back while
+# the program runs on the fast paths.
+if(TARGET bench_after_peak)
+  add_test(NAME after_peak
+    COMMAND ${FW_TEST_SCRIPTS}/after_peak.sh $<TARGET_FILE:bench_after_peak> $<TARGET_FILE:freeway>)
+  set_tests_properties(after_peak PROPERTIES TIMEOUT 60 LABELS override)  # preloads freeway
 endif()
