@@ -1229,10 +1229,12 @@ void* lab_tick(void* p, Lab* lab, ClassList* l) {
     const uint64_t delay = uint64_t(option(Option::decay_ms));
     const uint64_t every = delay > kTickLookMinMs ? delay : kTickLookMinMs;
     if (now - lab->tick_ms >= every) {
-      lab->tick_ms = now;
       expire_old_parked();  // a dead thread's LAB no thread took, as at a thread's exit
       release_idle_kept(lab);
       pool_tick();
+      // The next look counts from this one's end: the spans it gave back carry
+      // the pool's stamps of then, and are a delay old at the next look's pass.
+      lab->tick_ms = os::now_ms_coarse();
     }
   }
   lab_leave(lab);

@@ -487,11 +487,12 @@ static_assert(offsetof(ClassList, allocs) == 0 && offsetof(ClassList, head) == 8
 // -kTickAllocs, and the add that reaches 0 sets the flag the fast path
 // branches on (one instruction). lab_tick moves kTickAllocs into
 // allocs_base and reads the coarse clock; once FREEWAY_DECAY_MS has passed
-// since its LAB's last look or its making (at least kTickLookMinMs), it
-// flushes the parked LABs no thread took within kParkedNs (a worker that
-// freed a heap and exited), gives back the kept spans
-// with no block in use (release_idle_kept) and lets the span-pool run its
-// decay pass (pool_tick), which gives back pages that waited the delay. A
+// since the end of its LAB's last look or its making (at least
+// kTickLookMinMs), it flushes the parked LABs no thread took within
+// kParkedNs (a worker that freed a heap and exited), gives back the kept
+// spans with no block in use (release_idle_kept) and lets the span-pool run
+// its decay pass (pool_tick), which gives back pages that waited the delay
+// (counted from the look's end, they are a delay old at the next look). A
 // kept span given back stays committed in the pool for the delay: a thread
 // that needs it again soon takes it back with its pages. Slow paths count
 // with lab_count_alloc, which re-arms a count that is out of range (a LAB
@@ -521,7 +522,7 @@ struct Lab {
   HolderField<uint16_t> kept_n[kClassCount];     // kept spans of each class (kept_at)
   HolderField<uint16_t> kept_look[kClassCount];  // where kept_switch's next look starts
   uint64_t kept_classes;  // bit c: kept_n[c] > 0 (release_empty_kept visits only those classes)
-  uint64_t tick_ms;       // os::now_ms_coarse() at lab_tick's last look (the decay's tick, above)
+  uint64_t tick_ms;       // os::now_ms_coarse() at the end of lab_tick's last look (the decay's tick, above)
   uint64_t tick_seen[kClassCount];  // lab_allocs_of each class at lab_tick's last look
   struct {
     uint64_t allocs, frees;
