@@ -997,3 +997,45 @@ TEST_CASE(
   }).join();
   CHECK(fw_check_heap() == 0);
 }
+
+TEST_CASE(
+    "the decay's tick: a class listed across its spans that the thread goes on using, but for fewer blocks a delay "
+    "than half its kept spans hold, returns its list to its spans, and the emptied ones go back") {
+  fw_collect();
+  fwtest::set_option(Option::decay_ms, 20);  // looks and passes 20 ms apart
+  std::thread([] {
+    std::vector<void*> v, hot_blocks;
+    std::vector<Span*> spans;
+    four_kept_spans(&v, &spans, &hot_blocks);
+    const unsigned c = class_of(kDropSize);
+    for (void* p : v) fw_free(p);
+    for (Span* s : spans) REQUIRE(is_kept(s, c));
+    const auto start = std::chrono::steady_clock::now();
+    auto within = [&](int ms) { return std::chrono::steady_clock::now() - start < std::chrono::milliseconds(ms); };
+    auto any_kept = [&] {
+      for (Span* s : spans)
+        if (is_kept(s, c)) return true;
+      return false;
+    };
+    // The class stays in use: one of its blocks replaced every millisecond,
+    // about 20 a delay against the four spans' 1,000-odd blocks.
+    void* q = hot_blocks.back();
+    hot_blocks.pop_back();
+    auto next = std::chrono::steady_clock::now();
+    while (any_kept() && within(2000)) {
+      fw_free(fw_malloc(kSize));
+      if (std::chrono::steady_clock::now() >= next) {
+        fw_free(q);
+        q = fw_malloc(kDropSize);
+        REQUIRE(q != nullptr);
+        next += std::chrono::milliseconds(1);
+      }
+    }
+    CHECK(!any_kept());
+    for (Span* s : spans) CHECK(state_of(s) == kFree);
+    CHECK(fw_check_heap() == 0);
+    fw_free(q);
+    for (void* p : hot_blocks) fw_free(p);
+  }).join();
+  CHECK(fw_check_heap() == 0);
+}
