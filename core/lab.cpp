@@ -727,14 +727,15 @@ uint64_t release_emptied_kept(Lab* lab) {
 // spans hold (none, for a class no longer used). A class in use for more
 // keeps its list whole, as at release_empty_kept's looks: a walk of a long
 // list is a miss a block, and its spans' blocks on it are in use as far as
-// the spans know, so its spans stay kept. A class used for less holds spans
-// that a delay's use would not empty: Redis after FLUSHALL, its keys' 2 KiB
-// values all on the list, then serving a few keys of the class, kept its
-// spans (146 MiB of its 287 MiB peak) while the list handed out the last
-// freed blocks, scattered over all of them. The walk is a miss a block on
-// the list, at most once a delay, and only for a class that took fewer
-// blocks in that delay than half its kept spans hold. (The looks keep counts
-// apart: release_empty_kept's first look at a class leaves it whole.)
+// the spans know, so its spans stay kept. A class used for less holds more
+// spans than a delay's use needs, and its list would go on handing out the
+// blocks freed last wherever they lie, so no span of a freed heap would
+// empty: the walk returns them, the class's next blocks come from its kept
+// spans one span at a time (kept_switch), and the spans whose blocks the
+// program frees for good go back. The walk is a miss a block on the list, at
+// most once a delay, and only for a class that took fewer blocks in that
+// delay than half its kept spans hold. (The looks keep counts apart:
+// release_empty_kept's first look at a class leaves it whole.)
 void release_idle_kept(Lab* lab) {
   for (uint64_t classes = lab->kept_classes; classes != 0; classes &= classes - 1) {
     const unsigned c = unsigned(__builtin_ctzll(classes));
