@@ -967,33 +967,48 @@ TEST_CASE(
   }).join();
 }
 
+// Four kept spans of kDropSize blocks (four_kept_spans), all their blocks
+// freed: they wait on the class's lists (kept_frees), in use as far as their
+// spans know. For the decay tick's cases: any_kept() says whether one of them
+// is still kept, within(ms) whether ms have not yet passed since they were
+// freed, and given_back() checks that every one went back to the pool.
+struct FreedKeptSpans {
+  unsigned c = class_of(kDropSize);
+  std::vector<void*> v, hot_blocks;
+  std::vector<Span*> spans;
+  std::chrono::steady_clock::time_point start;
+  FreedKeptSpans() {
+    four_kept_spans(&v, &spans, &hot_blocks);
+    for (void* p : v) fw_free(p);
+    for (Span* s : spans) REQUIRE(is_kept(s, c));
+    start = std::chrono::steady_clock::now();
+  }
+  ~FreedKeptSpans() {
+    for (void* p : hot_blocks) fw_free(p);
+  }
+  bool within(int ms) const { return std::chrono::steady_clock::now() - start < std::chrono::milliseconds(ms); }
+  bool any_kept() const {
+    for (Span* s : spans)
+      if (is_kept(s, c)) return true;
+    return false;
+  }
+  void given_back() const {
+    CHECK(!any_kept());
+    for (Span* s : spans) CHECK(state_of(s) == kFree);
+    CHECK(fw_check_heap() == 0);
+  }
+};
+
 TEST_CASE(
     "the decay's tick: a class listed across its spans that the thread stops using gives its emptied kept spans "
     "back once it handed out no block for a delay, while the thread allocates only blocks of another class") {
   fw_collect();
   fwtest::set_option(Option::decay_ms, 20);  // looks and passes 20 ms apart
   std::thread([] {
-    // Four kept spans of kDropSize blocks, all their blocks freed: they wait
-    // on the class's lists (kept_frees), in use as far as their spans know.
-    std::vector<void*> v, hot_blocks;
-    std::vector<Span*> spans;
-    four_kept_spans(&v, &spans, &hot_blocks);
-    const unsigned c = class_of(kDropSize);
-    for (void* p : v) fw_free(p);
-    for (Span* s : spans) REQUIRE(is_kept(s, c));
-    for (Span* s : spans) REQUIRE(local_of(s) == 0);  // their blocks are on the LAB's list, not their own
-    const auto start = std::chrono::steady_clock::now();
-    auto within = [&](int ms) { return std::chrono::steady_clock::now() - start < std::chrono::milliseconds(ms); };
-    auto any_kept = [&] {
-      for (Span* s : spans)
-        if (is_kept(s, c)) return true;
-      return false;
-    };
-    while (any_kept() && within(2000)) fw_free(fw_malloc(kSize));  // another class only
-    CHECK(!any_kept());
-    for (Span* s : spans) CHECK(state_of(s) == kFree);
-    CHECK(fw_check_heap() == 0);
-    for (void* p : hot_blocks) fw_free(p);
+    FreedKeptSpans f;
+    for (Span* s : f.spans) REQUIRE(local_of(s) == 0);  // their blocks are on the LAB's list, not their own
+    while (f.any_kept() && f.within(2000)) fw_free(fw_malloc(kSize));  // another class only
+    f.given_back();
   }).join();
   CHECK(fw_check_heap() == 0);
 }
@@ -1004,25 +1019,13 @@ TEST_CASE(
   fw_collect();
   fwtest::set_option(Option::decay_ms, 20);  // looks and passes 20 ms apart
   std::thread([] {
-    std::vector<void*> v, hot_blocks;
-    std::vector<Span*> spans;
-    four_kept_spans(&v, &spans, &hot_blocks);
-    const unsigned c = class_of(kDropSize);
-    for (void* p : v) fw_free(p);
-    for (Span* s : spans) REQUIRE(is_kept(s, c));
-    const auto start = std::chrono::steady_clock::now();
-    auto within = [&](int ms) { return std::chrono::steady_clock::now() - start < std::chrono::milliseconds(ms); };
-    auto any_kept = [&] {
-      for (Span* s : spans)
-        if (is_kept(s, c)) return true;
-      return false;
-    };
+    FreedKeptSpans f;
     // The class stays in use: one of its blocks replaced every millisecond,
     // about 20 a delay against the four spans' 1,000-odd blocks.
-    void* q = hot_blocks.back();
-    hot_blocks.pop_back();
+    void* q = f.hot_blocks.back();
+    f.hot_blocks.pop_back();
     auto next = std::chrono::steady_clock::now();
-    while (any_kept() && within(2000)) {
+    while (f.any_kept() && f.within(2000)) {
       fw_free(fw_malloc(kSize));
       if (std::chrono::steady_clock::now() >= next) {
         fw_free(q);
@@ -1031,11 +1034,8 @@ TEST_CASE(
         next += std::chrono::milliseconds(1);
       }
     }
-    CHECK(!any_kept());
-    for (Span* s : spans) CHECK(state_of(s) == kFree);
-    CHECK(fw_check_heap() == 0);
+    f.given_back();
     fw_free(q);
-    for (void* p : hot_blocks) fw_free(p);
   }).join();
   CHECK(fw_check_heap() == 0);
 }
