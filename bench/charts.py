@@ -33,6 +33,11 @@ def throughput_of(bench, entry):
     return entry.get("ops_per_sec")
 
 
+def bar_x(k, i, n, width):
+    """Where allocator i of n draws its bar of group k, bars `width` wide side by side."""
+    return k + (i - (n - 1) / 2) * width
+
+
 def thread_axes(ax, bench, allocs):
     xs_all = [c["x"] for c in bench["configs"]]
     failed_any = False
@@ -114,7 +119,7 @@ def main():
             for k, b in enumerate(benches):
                 e = b["configs"][-1]["allocators"].get(a) if b["configs"] else None
                 if e and e.get("maxrss_kb"):
-                    xs.append(k + (i - (len(allocs) - 1) / 2) * width)
+                    xs.append(bar_x(k, i, len(allocs), width))
                     ys.append(e["maxrss_kb"] / 1024.0)
             ax.bar(xs, ys, width=width, color=color(a), label=a)
         ax.set_xticks(range(len(names)))
@@ -188,7 +193,7 @@ def main():
                 e = c["allocators"].get(a)
                 if not e or "extra" not in e:
                     continue
-                xs = [k + (i - (len(allocs) - 1) / 2) * width for k in range(len(keys))]
+                xs = [bar_x(k, i, len(allocs), width) for k in range(len(keys))]
                 ax.bar(xs, [e["extra"].get(k, 0) for k in keys], width=width, color=color(a), label=a)
             ax.set_xticks(range(len(keys)))
             ax.set_xticklabels([k.replace("ns_", "") for k in keys], fontsize=8)
@@ -231,7 +236,7 @@ def main():
                 for k, c in enumerate(b["configs"]):
                     e = c["allocators"].get(a)
                     if e and "primary" in e:
-                        xs.append(k + (i - (len(allocs) - 1) / 2) * width)
+                        xs.append(bar_x(k, i, len(allocs), width))
                         ends.append(e["primary"] / 1024.0)
                         peaks.append(e["maxrss_kb"] / 1024.0)
                 ax.bar(xs, peaks, width=width, color=color(a), alpha=0.25)
