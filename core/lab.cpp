@@ -1430,8 +1430,7 @@ bool lab_is_valid(const Lab* lab) {
   const uint32_t holder_kind = lab->kind.load(std::memory_order_relaxed);
   if (holder_kind == kLabThread || holder_kind == kLabParked)
     for (unsigned c = 0; c < kClassCount; c++)
-      if (lab->lists[c].head != nullptr &&
-          lab->lists[c].allocs.load(std::memory_order_relaxed) + kTickAllocs >= kTickAllocs)
+      if (lab->lists[c].head != nullptr && !tick_armed(lab->lists[c]))
         ok = report_invariant("lab: a thread's class with blocks to hand out whose count would not tick", c);
   uint64_t quarantined = 0;  // secure mode (lab.h): the quarantine's block sizes
   for (const void* q : lab->quarantine) {

@@ -705,6 +705,12 @@ FW_INLINE uint64_t lab_allocs_of(const Lab* lab, unsigned c) {
   const uint64_t base = lab->lists[c].allocs_base.load(std::memory_order_acquire);
   return lab->lists[c].allocs.load(std::memory_order_relaxed) + base;
 }
+// Whether list l's count is armed: within [-kTickAllocs, 0), so that the fast
+// path's add comes to 0 within kTickAllocs blocks (the invariant above,
+// which lab_is_valid checks).
+FW_INLINE bool tick_armed(const ClassList& l) {
+  return l.allocs.load(std::memory_order_relaxed) + kTickAllocs < kTickAllocs;
+}
 // Moves class c's count into allocs_base so that allocs is -kTickAllocs
 // (the decay's tick, above): the blocks handed out stay the same. The
 // holder's, or a slow path's holding a CPU LAB out of its slot.
@@ -720,7 +726,7 @@ FW_INLINE void lab_arm_tick(Lab* lab, unsigned c) {
 FW_INLINE void lab_count_alloc(Lab* lab, unsigned c) {
   ClassList& l = lab->lists[c];
   lab_count(l.allocs);
-  if (FW_UNLIKELY(l.allocs.load(std::memory_order_relaxed) + kTickAllocs >= kTickAllocs)) lab_arm_tick(lab, c);
+  if (FW_UNLIKELY(!tick_armed(l))) lab_arm_tick(lab, c);
 }
 // malloc's fast path's call when the count of list l (lab->lists[c]) came
 // to 0 after handing out p: re-arms it and looks at the decay's clock
