@@ -549,6 +549,13 @@ struct Lab {
   // successor of at its bind (percpu.h, percpu_thread_bound), until this LAB
   // stops being its thread's (percpu_successor_set). nullptr for none.
   Lab* named;
+  // Its thread's place in the order of binds (lab_bind_thread: 1 for the
+  // first thread, counted by g_threads_created); a LAB a thread takes whole
+  // (lab_adopt_handed) gets that thread's. A thread freeing into a span of a
+  // parked LAB is its predecessor's successor only if it bound later
+  // (parked_owner_seen). Written by the holder, read by other threads:
+  // relaxed, a figure that only steers that choice. 0 for a LAB never bound.
+  std::atomic<uint64_t> bind_no;
   std::atomic<uint32_t> kind;
   uint32_t id;
   std::atomic<uint64_t> parked_at;  // os::now_ns() when it was parked (kLabParked)

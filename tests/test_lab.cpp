@@ -951,23 +951,78 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "a thread whose LAB holds as many spans as a parked LAB releases that LAB at once when it frees into its spans: "
-    "its spans open to every thread") {
+    "a thread bound after a parked LAB's thread, whose LAB holds as many spans, releases that LAB at once when it "
+    "frees into its spans: its spans open to every thread") {
   fw_collect();
-  // This thread's LAB, bound before the other thread parks its own, holds one
-  // span (16-byte blocks), as the parked LAB does (64-byte blocks): a LAB no
-  // smaller is not swapped for the parked one (lab_adopt_handed), which is
-  // released.
-  fw_free(fw_malloc(16));
+  // The successor binds while its creator is still bound, so it takes an idle
+  // LAB, and holds one span (16-byte blocks), as the creator's LAB does
+  // (64-byte blocks) when the creator exits and parks it. The successor's
+  // free into that LAB's span names it (parked_owner_seen: bound later, it
+  // may be the successor the LAB was parked for); a LAB no smaller is not
+  // swapped for the parked one (lab_adopt_handed), which is released.
   std::vector<void*> v;
-  Lab* parked = park_a_lab(&v, 300, 64);
+  std::atomic<Lab*> parked{nullptr};
+  std::atomic<bool> bound{false}, gone{false};
+  std::thread successor;
+  std::thread creator([&] {
+    for (int i = 0; i < 300; i++) v.push_back(fw_malloc(64));
+    parked = lab_current();
+    successor = std::thread([&] {
+      fw_free(fw_malloc(16));  // its LAB: an idle one (none is parked yet)
+      bound = true;
+      while (!gone.load()) std::this_thread::yield();
+      REQUIRE(parked.load()->kind.load() == kLabParked);
+      REQUIRE(span_of(v[0])->owner.load() == parked.load());
+      fw_free(v[0]);
+      CHECK(parked.load()->kind.load() == kLabIdle);
+      CHECK(lab_parked_count() == 0);
+      for (size_t i = 1; i < v.size(); i++) CHECK(span_of(v[i])->owner.load() != parked.load());
+      for (size_t i = 1; i < v.size(); i++) fw_free(v[i]);
+    });
+    while (!bound.load()) std::this_thread::yield();
+  });
+  creator.join();
+  gone = true;
+  successor.join();
+  fw_collect();
+  CHECK(fw_check_heap() == 0);
+}
+
+TEST_CASE(
+    "a thread bound before a parked LAB's thread leaves that LAB parked when it frees into its spans, and the next "
+    "thread to bind takes it whole") {
+  fw_collect();
+  // This thread binds first and holds one span (16-byte blocks), fewer than
+  // the worker's LAB, which holds two (64- and 128-byte blocks) when the
+  // worker exits and parks it: a creator that frees some of a finished
+  // worker's blocks. It cannot be the successor the LAB was parked for, so it
+  // neither takes the LAB in place of its own nor releases it
+  // (parked_owner_seen); the next thread's bind takes it with its spans.
+  // With the rule before, this thread took the parked LAB and its own went
+  // idle.
+  fw_free(fw_malloc(16));
+  Lab* mine = lab_current();
+  std::vector<void*> v;
+  Lab* parked = nullptr;
+  std::thread([&] {
+    for (int i = 0; i < 300; i++) v.push_back(fw_malloc(64));
+    for (int i = 0; i < 300; i++) v.push_back(fw_malloc(128));
+    parked = lab_current();
+  }).join();
   REQUIRE(parked->kind.load() == kLabParked);
   REQUIRE(span_of(v[0])->owner.load() == parked);
-  fw_free(v[0]);  // the successor it was parked for is this thread, bound already
-  CHECK(parked->kind.load() == kLabIdle);
-  CHECK(lab_parked_count() == 0);
-  for (size_t i = 1; i < v.size(); i++) CHECK(span_of(v[i])->owner.load() != parked);
-  for (size_t i = 1; i < v.size(); i++) fw_free(v[i]);
+  fw_free(v[0]);
+  fw_free(fw_malloc(32));  // a slow path (lab_adopt_handed's place): a class this LAB has no span of
+  CHECK(lab_current() == mine);
+  CHECK(parked->kind.load() == kLabParked);
+  CHECK(lab_parked_count() == 1);
+  CHECK(mine->handed == nullptr);
+  std::thread([&] {
+    fw_free(fw_malloc(64));  // the first call: a malloc takes the LAB parked last
+    CHECK(lab_current() == parked);
+    for (size_t i = 1; i < v.size(); i++) fw_free(v[i]);
+    CHECK(lab_pending_count(parked) == 0);  // owner frees, none through a chain
+  }).join();
   fw_collect();
   CHECK(fw_check_heap() == 0);
 }
