@@ -21,9 +21,10 @@ set(CMAKE_CXX_FLAGS_INIT "-D__USE_MINGW_ANSI_STDIO=1")
 # Programs carry libgcc and libstdc++ inside: they run with no mingw DLL beside them.
 set(CMAKE_EXE_LINKER_FLAGS_INIT "-static -static-libgcc -static-libstdc++")
 set(CMAKE_SHARED_LINKER_FLAGS_INIT "-static")
-# ctest runs each test program under wine (Debian: /usr/lib/wine/wine64).
+# ctest runs each test program under wine (Debian: /usr/lib/wine/wine64),
+# through cmake/wine-run: a run that wine fails to start is run once more.
 find_program(FW_WINE NAMES wine64 PATHS /usr/lib/wine NO_DEFAULT_PATH)
 find_program(FW_WINE NAMES wine64 wine)
 if(FW_WINE)
-  set(CMAKE_CROSSCOMPILING_EMULATOR ${FW_WINE})
+  set(CMAKE_CROSSCOMPILING_EMULATOR ${CMAKE_CURRENT_LIST_DIR}/wine-run ${FW_WINE})
 endif()
