@@ -14,7 +14,7 @@ PKGS_BUILD := cmake g++ make pkg-config libspdlog-dev libimgui-dev libglfw3-dev 
 PKGS_GL    := libgl1-mesa-dri libglx-mesa0 fonts-dejavu-core
 PKGS_DEMO  := $(PKGS_BUILD) $(PKGS_GL)
 PKGS_TEST  := $(PKGS_BUILD) $(PKGS_GL) doctest-dev libmimalloc-dev python3 coreutils xvfb xauth
-PKGS_BENCH := $(PKGS_BUILD) python3 python3-matplotlib libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 time sqlite3 tcl perl redis-server redis-tools ruby rocksdb-tools z3 ghostscript
+PKGS_BENCH := $(PKGS_BUILD) python3 python3-matplotlib libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 time sqlite3 tcl perl redis-server redis-tools ruby rocksdb-tools z3 ghostscript jq cppcheck
 PKGS_SAN   := $(PKGS_TEST) clang libclang-rt-14-dev
 # Windows: cross-built with mingw-w64, tested under wine (cmake/mingw-w64-x86_64.cmake).
 PKGS_WIN   := cmake make gcc-mingw-w64-x86-64 g++-mingw-w64-x86-64 wine64 doctest-dev
